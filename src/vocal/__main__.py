@@ -1,0 +1,5 @@
+"""`python -m vocal` runs the CLI."""
+
+from vocal.cli import main
+
+main()

@@ -1,0 +1,271 @@
+"""The `Audio` value, WAV reading and writing, and resampling.
+
+WAV is parsed here rather than with the standard `wave` module because vocal must read float
+WAVs, WAVE_FORMAT_EXTENSIBLE files and espeak-ng's streamed WAVs, whose header carries a
+placeholder length (the data chunk runs to the end of the file), and must turn every malformed
+file into one clear error instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+
+from vocal.errors import AudioFormatError, UsageError
+
+#: The rate every model in vocal listens at (Whisper, Silero VAD, AEC3 frames).
+STT_SAMPLE_RATE = 16_000
+
+_WAVE_FORMAT_PCM = 0x0001
+_WAVE_FORMAT_IEEE_FLOAT = 0x0003
+_WAVE_FORMAT_EXTENSIBLE = 0xFFFE
+# A fmt chunk is 16, 18 or 40 bytes; anything far larger is a corrupt or hostile header.
+_MAX_FMT_CHUNK_BYTES = 1024
+_MAX_CHANNELS = 64
+_MAX_SAMPLE_RATE = 768_000
+# Data-chunk sizes that streaming writers (espeak-ng --stdout, ffmpeg pipes) leave as placeholders.
+_PLACEHOLDER_SIZES = (0, 0x7FFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF - 36)
+
+
+@dataclass(frozen=True)
+class Audio:
+    """Samples as float32 in [-1, 1], shaped (frames, channels), at `sample_rate` Hz."""
+
+    samples: np.ndarray
+    sample_rate: int
+
+    def __post_init__(self) -> None:
+        samples = np.asarray(self.samples, dtype=np.float32)
+        if samples.ndim == 1:
+            samples = samples[:, None]
+        if samples.ndim != 2:
+            raise ValueError(f"samples must be 1-D or 2-D, got shape {samples.shape}")
+        if self.sample_rate <= 0:
+            raise ValueError(f"sample_rate must be positive, got {self.sample_rate}")
+        object.__setattr__(self, "samples", samples)
+
+    @classmethod
+    def silence(cls, duration_s: float, sample_rate: int, channels: int = 1) -> Audio:
+        """Digital silence of the given length."""
+        return cls(np.zeros((round(duration_s * sample_rate), channels), np.float32), sample_rate)
+
+    @property
+    def frames(self) -> int:
+        return self.samples.shape[0]
+
+    @property
+    def channels(self) -> int:
+        return self.samples.shape[1]
+
+    @property
+    def duration_s(self) -> float:
+        return self.frames / self.sample_rate
+
+    @property
+    def mono_samples(self) -> np.ndarray:
+        """A 1-D float32 view (mono) or the channel average (stereo and more)."""
+        if self.channels == 1:
+            return self.samples[:, 0]
+        return self.samples.mean(axis=1, dtype=np.float32)
+
+    def to_mono(self) -> Audio:
+        return self if self.channels == 1 else Audio(self.mono_samples, self.sample_rate)
+
+    def resample(self, sample_rate: int) -> Audio:
+        """The same audio at another rate (soxr, high quality)."""
+        return Audio(resample(self.samples, self.sample_rate, sample_rate), sample_rate)
+
+    def for_stt(self) -> Audio:
+        """Mono at 16 kHz, what VAD and Whisper take."""
+        return self.to_mono().resample(STT_SAMPLE_RATE)
+
+    def peak(self) -> float:
+        return float(np.max(np.abs(self.samples))) if self.frames else 0.0
+
+    def rms(self) -> float:
+        return float(np.sqrt(np.mean(np.square(self.samples)))) if self.frames else 0.0
+
+    def concat(self, other: Audio) -> Audio:
+        if other.sample_rate != self.sample_rate or other.channels != self.channels:
+            raise ValueError("concat needs the same rate and channel count")
+        return Audio(np.concatenate([self.samples, other.samples]), self.sample_rate)
+
+
+def resample(samples: np.ndarray, from_rate: int, to_rate: int) -> np.ndarray:
+    """Resample 1-D or (frames, channels) float audio; returns float32."""
+    samples = np.asarray(samples, dtype=np.float32)
+    if from_rate == to_rate or samples.shape[0] == 0:
+        return samples
+    import soxr
+
+    return np.asarray(soxr.resample(samples, from_rate, to_rate, quality="HQ"), dtype=np.float32)
+
+
+def to_int16(samples: np.ndarray) -> np.ndarray:
+    """Float samples to 16-bit PCM, clipping rather than wrapping."""
+    return (np.clip(samples, -1.0, 1.0) * 32767.0).round().astype("<i2")
+
+
+# -- reading --------------------------------------------------------------------------------
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def read_wav(source: str | os.PathLike | bytes | BinaryIO, *, allow_empty: bool = False) -> Audio:
+    """Read a WAV file (path), its bytes, or a binary stream into an `Audio`.
+
+    Handles 8/16/24/32-bit PCM, 32/64-bit float, WAVE_FORMAT_EXTENSIBLE, any channel count and
+    rate, and data chunks whose declared size is a placeholder or runs past the end of the file
+    (read to end of file). Raises `AudioFormatError` (exit 2) for anything else.
+    """
+    name = "<stdin>" if not isinstance(source, (str, os.PathLike)) else os.fspath(source)
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if path.is_dir():
+            raise UsageError(f"{path} is a directory, not a WAV file")
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise UsageError(f"{path}: no such file") from None
+        except PermissionError:
+            raise UsageError(f"{path}: permission denied") from None
+        except OSError as exc:
+            raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+    elif isinstance(source, bytes):
+        data = source
+    else:
+        data = source.read()
+    audio = parse_wav(data, name=name)
+    if audio.frames == 0 and not allow_empty:
+        raise AudioFormatError(f"{name}: the WAV file holds no audio (0 samples)")
+    return audio
+
+
+def parse_wav(data: bytes, *, name: str = "<bytes>") -> Audio:
+    """Parse the bytes of a RIFF/WAVE file. See `read_wav`."""
+    if len(data) < 12 or data[:4] not in (b"RIFF", b"RIFX") or data[8:12] != b"WAVE":
+        hint = "convert it first, e.g. `sox in.mp3 out.wav`" if data else None
+        what = "an empty file" if not data else "not a WAV file (no RIFF/WAVE header)"
+        raise AudioFormatError(f"{name}: {what}", hint=hint)
+    if data[:4] == b"RIFX":
+        raise AudioFormatError(f"{name}: big-endian (RIFX) WAV is not supported")
+
+    fmt: tuple[int, int, int, int] | None = None
+    pos = 12
+    while pos + 8 <= len(data):
+        chunk_id = data[pos : pos + 4]
+        (size,) = struct.unpack_from("<I", data, pos + 4)
+        body = pos + 8
+        if chunk_id == b"fmt ":
+            if size < 16 or size > _MAX_FMT_CHUNK_BYTES or body + size > len(data):
+                raise AudioFormatError(f"{name}: corrupt WAV header (fmt chunk of {size} bytes)")
+            fmt = _parse_fmt(data[body : body + size], name)
+        elif chunk_id == b"data":
+            if fmt is None:
+                raise AudioFormatError(f"{name}: corrupt WAV header (data before fmt)")
+            end = len(data) if size in _PLACEHOLDER_SIZES or body + size > len(data) else body + size
+            return _decode(data[body:end], fmt, name)
+        elif body + size > len(data):
+            raise AudioFormatError(
+                f"{name}: corrupt WAV header (chunk {chunk_id!r} claims {size} bytes, "
+                f"the file has {len(data) - body} left)"
+            )
+        pos = body + size + (size & 1)  # chunks are word-aligned
+    if fmt is None:
+        raise AudioFormatError(f"{name}: corrupt WAV header (no fmt chunk)")
+    raise AudioFormatError(f"{name}: the WAV file holds no audio (no data chunk)")
+
+
+def _parse_fmt(chunk: bytes, name: str) -> tuple[int, int, int, int]:
+    format_tag, channels, sample_rate, _byte_rate, _block_align, bits = struct.unpack_from(
+        "<HHIIHH", chunk
+    )
+    if format_tag == _WAVE_FORMAT_EXTENSIBLE:
+        if len(chunk) < 26:
+            raise AudioFormatError(f"{name}: corrupt WAV header (short extensible fmt)")
+        (format_tag,) = struct.unpack_from("<H", chunk, 24)  # first two bytes of the GUID
+    if channels == 0:
+        raise AudioFormatError(f"{name}: the WAV header says 0 channels")
+    if channels > _MAX_CHANNELS:
+        raise AudioFormatError(f"{name}: the WAV header says {channels} channels")
+    if not 0 < sample_rate <= _MAX_SAMPLE_RATE:
+        raise AudioFormatError(f"{name}: the WAV header says a sample rate of {sample_rate} Hz")
+    supported = {_WAVE_FORMAT_PCM: (8, 16, 24, 32), _WAVE_FORMAT_IEEE_FLOAT: (32, 64)}
+    if format_tag not in supported:
+        raise AudioFormatError(
+            f"{name}: WAV encoding 0x{format_tag:04x} is not supported (PCM or float only)",
+            hint="convert it first, e.g. `sox in.wav -b 16 out.wav`",
+        )
+    if bits not in supported[format_tag]:
+        raise AudioFormatError(f"{name}: {bits}-bit samples are not supported for this encoding")
+    return format_tag, channels, sample_rate, bits
+
+
+def _decode(payload: bytes, fmt: tuple[int, int, int, int], name: str) -> Audio:
+    format_tag, channels, sample_rate, bits = fmt
+    frame_bytes = channels * bits // 8
+    usable = len(payload) - len(payload) % frame_bytes  # a streamed file may end mid-frame
+    raw = payload[:usable]
+    if format_tag == _WAVE_FORMAT_IEEE_FLOAT:
+        samples = np.frombuffer(raw, dtype="<f4" if bits == 32 else "<f8").astype(np.float32)
+        samples = np.nan_to_num(samples, nan=0.0, posinf=1.0, neginf=-1.0)
+    elif bits == 8:
+        samples = (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
+    elif bits == 16:
+        samples = np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0
+    elif bits == 24:
+        triplets = np.frombuffer(raw, dtype=np.uint8).reshape(-1, 3).astype(np.int32)
+        ints = triplets[:, 0] | (triplets[:, 1] << 8) | (triplets[:, 2] << 16)
+        ints = np.where(ints & 0x800000, ints - 0x1000000, ints)
+        samples = ints.astype(np.float32) / 8388608.0
+    else:
+        samples = np.frombuffer(raw, dtype="<i4").astype(np.float32) / 2147483648.0
+    return Audio(samples.reshape(-1, channels), sample_rate)
+
+
+# -- writing --------------------------------------------------------------------------------
+def wav_bytes(audio: Audio, *, float32: bool = False) -> bytes:
+    """Encode `audio` as a WAV file: 16-bit PCM by default, or 32-bit float."""
+    if float32:
+        payload, format_tag, bits = audio.samples.astype("<f4").tobytes(), _WAVE_FORMAT_IEEE_FLOAT, 32
+    else:
+        payload, format_tag, bits = to_int16(audio.samples).tobytes(), _WAVE_FORMAT_PCM, 16
+    block_align = audio.channels * bits // 8
+    header = struct.pack(
+        "<4sI4s4sIHHIIHH4sI",
+        b"RIFF", 36 + len(payload), b"WAVE",
+        b"fmt ", 16, format_tag, audio.channels, audio.sample_rate,
+        audio.sample_rate * block_align, block_align, bits,
+        b"data", len(payload),
+    )  # fmt: skip
+    return header + payload
+
+
+def write_wav(path: str | os.PathLike, audio: Audio, *, float32: bool = False) -> Path:
+    """Write `audio` to `path` atomically (a reader never sees half a file)."""
+    path = Path(path)
+    data = wav_bytes(audio, float32=float32)
+    directory = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: the directory {directory} does not exist") from None
+    except PermissionError:
+        raise UsageError(f"{path}: permission denied") from None
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a WAV is an ordinary file
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

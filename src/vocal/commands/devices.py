@@ -1,0 +1,36 @@
+"""List audio input and output devices, with the defaults marked."""
+
+from __future__ import annotations
+
+import typer
+
+from vocal.commands._app import command_app
+
+app = command_app()
+
+
+@app.command()
+def devices(
+    json_output: bool = typer.Option(False, "--json", help="Print a JSON array for scripts."),
+) -> None:
+    """List audio input and output devices; `*` marks the defaults.
+
+    Exit code 5 when PortAudio is missing or no device can be listed.
+    """
+    import json
+
+    from vocal.devices import list_devices
+
+    found = list_devices()
+    if json_output:
+        typer.echo(json.dumps([d.to_dict() for d in found], indent=2))
+        return
+    if not found:
+        typer.echo("no audio devices", err=True)
+        return
+    for d in found:
+        marks = ("*in " if d.default_input else "    ") + ("*out" if d.default_output else "    ")
+        typer.echo(
+            f"{d.index:>3} {marks} {d.name} ({d.hostapi}; "
+            f"{d.input_channels} in, {d.output_channels} out, {d.default_sample_rate:g} Hz)"
+        )

@@ -1,0 +1,523 @@
+"""Audio devices: the only module that imports `sounddevice`.
+
+`Microphone` hands captured blocks to a queue from a callback that does nothing else; `Player`
+plays from a queue, can be killed within one block, paused and resumed, and keeps a monotonic
+`ReferenceBuffer` of every sample it sent to the device, silence included, so echo cancellation
+and tests see exactly what was played. `WavSource` and `WavSink` stand in for them when a
+command gets `--input FILE` or `--output FILE`.
+
+Wiring learnt on PulseAudio (see DESIGN.md): separate input and output streams (the full-duplex
+`sd.Stream` gave xruns), and numpy imported before any stream opens (python-sounddevice #487).
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vocal.audio import Audio, read_wav, write_wav
+from vocal.errors import DeviceError
+
+PORTAUDIO_HINT = (
+    "install PortAudio: `sudo apt-get install libportaudio2` on Debian/Ubuntu, "
+    "`sudo dnf install portaudio` on Fedora, `brew install portaudio` on macOS"
+)
+#: Frames per callback for playback: 256 at 16 kHz is 16 ms, so a kill lands within ~16 ms
+#: plus the device's own buffer.
+DEFAULT_OUTPUT_BLOCK_FRAMES = 256
+#: Frames per capture callback: one Silero VAD chunk at 16 kHz (32 ms).
+DEFAULT_INPUT_BLOCK_FRAMES = 512
+#: How much played audio the reference keeps: long enough for a whole reply.
+DEFAULT_REFERENCE_S = 600.0
+
+BlockHook = Callable[[np.ndarray], None]
+
+
+def sounddevice() -> Any:
+    """Import sounddevice, turning a missing PortAudio into a `DeviceError` (exit 5)."""
+    try:
+        import sounddevice as sd
+    except OSError as exc:  # "PortAudio library not found"
+        raise DeviceError(f"PortAudio is not available ({exc})", hint=PORTAUDIO_HINT) from None
+    return sd
+
+
+def _port_audio_error(action: str, exc: Exception) -> DeviceError:
+    return DeviceError(
+        f"cannot {action}: {exc}",
+        hint="check `vocal devices`; on Linux make sure PulseAudio or PipeWire is running",
+    )
+
+
+# -- device listing -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One PortAudio device as `vocal devices` shows it."""
+
+    index: int
+    name: str
+    hostapi: str
+    input_channels: int
+    output_channels: int
+    default_sample_rate: float
+    default_input: bool
+    default_output: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def list_devices() -> list[DeviceInfo]:
+    """Every device PortAudio sees, with the defaults marked."""
+    sd = sounddevice()
+    try:
+        raw = sd.query_devices()
+        hostapis = sd.query_hostapis()
+        default_in, default_out = sd.default.device
+    except sd.PortAudioError as exc:
+        raise _port_audio_error("list audio devices", exc) from None
+    devices = []
+    for info in raw:
+        devices.append(
+            DeviceInfo(
+                index=info["index"],
+                name=info["name"],
+                hostapi=hostapis[info["hostapi"]]["name"],
+                input_channels=info["max_input_channels"],
+                output_channels=info["max_output_channels"],
+                default_sample_rate=info["default_samplerate"],
+                default_input=info["index"] == default_in,
+                default_output=info["index"] == default_out,
+            )
+        )
+    return devices
+
+
+def resolve_device(spec: str | int | None, kind: str) -> int | None:
+    """A device index from `spec`: None (the default), an index, or part of a device name."""
+    if spec is None or spec == "":
+        return None
+    if isinstance(spec, int) or str(spec).isdigit():
+        index = int(spec)
+        devices = {d.index: d for d in list_devices()}
+        if index not in devices:
+            raise DeviceError(f"no audio device with index {index}", hint="see `vocal devices`")
+        _check_channels(devices[index], kind)
+        return index
+    needle = str(spec).lower()
+    matches = [d for d in list_devices() if needle in d.name.lower() and _has_channels(d, kind)]
+    if not matches:
+        raise DeviceError(f"no {kind} device matches {spec!r}", hint="see `vocal devices`")
+    return matches[0].index
+
+
+def _has_channels(device: DeviceInfo, kind: str) -> bool:
+    return (device.input_channels if kind == "input" else device.output_channels) > 0
+
+
+def _check_channels(device: DeviceInfo, kind: str) -> None:
+    if not _has_channels(device, kind):
+        raise DeviceError(f"device {device.index} ({device.name}) has no {kind} channels")
+
+
+# -- the reference ------------------------------------------------------------------------------
+class ReferenceBuffer:
+    """A ring of the last `capacity_frames` samples played, addressed by absolute frame index.
+
+    `total_frames` only grows: frame i of the whole playback is `read(i, i + 1)` for as long as
+    it is inside the ring. Written from the audio callback, so `write` does no allocation beyond
+    numpy views.
+    """
+
+    def __init__(self, capacity_frames: int) -> None:
+        self._ring = np.zeros(max(1, capacity_frames), np.float32)
+        self.total_frames = 0
+
+    @property
+    def capacity_frames(self) -> int:
+        return self._ring.shape[0]
+
+    def write(self, block: np.ndarray) -> None:
+        n = block.shape[0]
+        cap = self._ring.shape[0]
+        if n >= cap:
+            self._ring[:] = block[n - cap :]
+            self.total_frames += n
+            return
+        start = self.total_frames % cap
+        first = min(n, cap - start)
+        self._ring[start : start + first] = block[:first]
+        if first < n:
+            self._ring[: n - first] = block[first:]
+        self.total_frames += n
+
+    def read(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """A copy of frames [start, stop) of everything played; raises if no longer held."""
+        stop = self.total_frames if stop is None else min(stop, self.total_frames)
+        cap = self._ring.shape[0]
+        if start < self.total_frames - cap:
+            raise IndexError(f"frame {start} has left the reference ring")
+        if stop <= start:
+            return np.zeros(0, np.float32)
+        idx = np.arange(start, stop) % cap
+        return self._ring[idx].copy()
+
+
+# -- output ----------------------------------------------------------------------------------
+class Player:
+    """Plays mono float32 audio from a queue through a PortAudio output stream it owns.
+
+    `play()` queues samples and returns at once; `finish()` says nothing more is coming and
+    `wait()` blocks until the device has played it all. `stop()` is the kill handle: the callback
+    writes silence from its next block and the stream is aborted, so sound stops within one block
+    plus the device's buffer. `pause()`/`resume()` hold the position and play silence meanwhile.
+    Every block sent to the device goes to `reference` and to `on_block` (AEC's reverse stream).
+    """
+
+    def __init__(
+        self,
+        sample_rate: int,
+        *,
+        device: str | int | None = None,
+        block_frames: int = DEFAULT_OUTPUT_BLOCK_FRAMES,
+        volume: float = 1.0,
+        on_block: BlockHook | None = None,
+        reference_s: float = DEFAULT_REFERENCE_S,
+    ) -> None:
+        self.sample_rate = sample_rate
+        self.block_frames = block_frames
+        self.volume = volume
+        self.reference = ReferenceBuffer(round(reference_s * sample_rate))
+        self._device = device
+        self._on_block = on_block
+        self._chunks: collections.deque[np.ndarray] = collections.deque()
+        self._current: np.ndarray | None = None
+        self._offset = 0
+        self._queued_frames = 0
+        self._consumed = 0
+        self._finishing = False
+        self._stopped = False
+        self._paused = False
+        self._done = threading.Event()
+        self._stream: Any = None
+        self._sd: Any = None  # bound in open() so the callback never imports
+        self.started_at_s: float | None = None  # time.monotonic() of the first callback
+        self.underflows = 0
+
+    # lifecycle
+    def open(self) -> Player:
+        sd = self._sd = sounddevice()
+        device = resolve_device(self._device, "output")
+        try:
+            self._stream = sd.OutputStream(
+                samplerate=self.sample_rate,
+                blocksize=self.block_frames,
+                channels=1,
+                dtype="float32",
+                device=device,
+                latency="low",
+                callback=self._callback,
+                finished_callback=self._done.set,
+            )
+            self._stream.start()
+        except sd.PortAudioError as exc:
+            raise _port_audio_error("open the audio output", exc) from None
+        return self
+
+    def close(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            try:
+                stream.abort()
+                stream.close()
+            except Exception:  # a vanished device must not hide the error that got us here
+                pass
+        self._done.set()
+
+    def __enter__(self) -> Player:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # producer side
+    def play(self, samples: np.ndarray) -> None:
+        """Queue mono samples at `sample_rate` for playback."""
+        block = np.ascontiguousarray(samples, dtype=np.float32).reshape(-1)
+        if block.shape[0]:
+            self._queued_frames += block.shape[0]
+            self._chunks.append(block)
+
+    def finish(self) -> None:
+        """Nothing more will be queued: the stream ends once the queue has played out."""
+        self._finishing = True
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Block until everything queued has played (after `finish`) or `stop`; True if so."""
+        return self._done.wait(timeout_s)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def stop(self) -> None:
+        """The kill handle: silence from the next block on, then abort the stream."""
+        self._stopped = True
+        self._chunks.clear()
+        self.close()
+
+    def pause(self) -> None:
+        self._paused = True
+
+    def resume(self) -> None:
+        self._paused = False
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    @property
+    def played_frames(self) -> int:
+        """Frames sent to the device so far, silence included."""
+        return self.reference.total_frames
+
+    @property
+    def pending_frames(self) -> int:
+        """Frames queued but not yet sent to the device."""
+        return max(0, self._queued_frames - self._consumed)
+
+    # the audio callback: copy, count, hand on; nothing that blocks
+    def _callback(self, outdata: np.ndarray, frames: int, _time: Any, status: Any) -> None:
+        if self.started_at_s is None:
+            self.started_at_s = time.monotonic()
+        if status.output_underflow:
+            self.underflows += 1
+        out = outdata[:, 0]
+        filled = 0
+        if not self._stopped and not self._paused:
+            while filled < frames:
+                if self._current is None:
+                    if not self._chunks:
+                        break
+                    self._current, self._offset = self._chunks.popleft(), 0
+                take = min(frames - filled, self._current.shape[0] - self._offset)
+                out[filled : filled + take] = self._current[self._offset : self._offset + take]
+                filled += take
+                self._offset += take
+                if self._offset >= self._current.shape[0]:
+                    self._current = None
+            self._consumed += filled
+        out[filled:] = 0.0
+        if self.volume != 1.0:
+            out *= self.volume
+        self.reference.write(out)
+        if self._on_block is not None:
+            self._on_block(out)
+        if self._stopped:
+            raise self._sd.CallbackAbort
+        if self._finishing and self._current is None and not self._chunks and not self._paused:
+            raise self._sd.CallbackStop  # PortAudio plays out what it holds, then finished_callback
+
+
+# -- input ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Block:
+    """One captured block: mono float32 samples and the monotonic time its callback ran."""
+
+    samples: np.ndarray
+    captured_at_s: float
+
+
+class Microphone:
+    """A PortAudio input stream whose callback only copies each block into a queue.
+
+    Iterate `blocks()` (or call `read()`) from the consumer thread. `overflows` counts blocks the
+    device reported lost; `on_block`, if given, runs in the callback on the raw block (AEC's
+    capture stream) and returns the samples to queue.
+    """
+
+    def __init__(
+        self,
+        sample_rate: int = 16_000,
+        *,
+        device: str | int | None = None,
+        block_frames: int = DEFAULT_INPUT_BLOCK_FRAMES,
+        on_block: Callable[[np.ndarray], np.ndarray] | None = None,
+    ) -> None:
+        self.sample_rate = sample_rate
+        self.block_frames = block_frames
+        self.overflows = 0
+        self._device = device
+        self._on_block = on_block
+        self._queue: queue.SimpleQueue[Block | None] = queue.SimpleQueue()
+        self._stream: Any = None
+        self.opened_at_s: float | None = None
+
+    def open(self) -> Microphone:
+        sd = sounddevice()
+        device = resolve_device(self._device, "input")
+        try:
+            self._stream = sd.InputStream(
+                samplerate=self.sample_rate,
+                blocksize=self.block_frames,
+                channels=1,
+                dtype="float32",
+                device=device,
+                latency="low",
+                callback=self._callback,
+            )
+            self._stream.start()
+        except sd.PortAudioError as exc:
+            raise _port_audio_error("open the microphone", exc) from None
+        self.opened_at_s = time.monotonic()
+        return self
+
+    def close(self) -> None:
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            try:
+                stream.abort()
+                stream.close()
+            except Exception:
+                pass
+        self._queue.put(None)  # wake a reader
+
+    def __enter__(self) -> Microphone:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _callback(self, indata: np.ndarray, frames: int, _time: Any, status: Any) -> None:
+        if status.input_overflow:
+            self.overflows += 1
+        block = indata[:, 0].copy()
+        if self._on_block is not None:
+            block = self._on_block(block)
+        self._queue.put(Block(block, time.monotonic()))
+
+    def read(self, timeout_s: float | None = None) -> Block | None:
+        """The next block, or None when closed (or after `timeout_s` with nothing captured)."""
+        try:
+            return self._queue.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+    def blocks(self, timeout_s: float = 2.0) -> Iterator[Block]:
+        """Captured blocks until `close()`; a device that delivers nothing for `timeout_s`
+        raises `DeviceError` (a microphone that vanished mid-turn)."""
+        while True:
+            block = self.read(timeout_s)
+            if block is None:
+                if self._stream is None:
+                    return
+                raise DeviceError(f"the microphone delivered nothing for {timeout_s:.1f} s")
+            yield block
+
+
+# -- file stand-ins -----------------------------------------------------------------------------
+class WavSource:
+    """`--input FILE`: a WAV read as if captured, in blocks at `sample_rate` mono, as fast as
+    the consumer takes them."""
+
+    def __init__(self, path: str | Path, sample_rate: int = 16_000, *, block_frames: int = 512):
+        self.path = Path(path)
+        self.sample_rate = sample_rate
+        self.block_frames = block_frames
+        self.overflows = 0
+        self.audio = read_wav(self.path).to_mono().resample(sample_rate)
+        self.opened_at_s: float | None = None
+
+    def open(self) -> WavSource:
+        self.opened_at_s = time.monotonic()
+        return self
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> WavSource:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def blocks(self, timeout_s: float = 2.0) -> Iterator[Block]:
+        samples = self.audio.mono_samples
+        n = self.block_frames
+        for start in range(0, samples.shape[0], n):
+            block = samples[start : start + n]
+            if block.shape[0] < n:
+                block = np.concatenate([block, np.zeros(n - block.shape[0], np.float32)])
+            yield Block(block, time.monotonic())
+
+
+class WavSink:
+    """`--output FILE`: the Player interface, writing a WAV instead of playing.
+
+    Nothing plays in real time: `finish()` writes the file, `stop()` writes what was queued so far.
+    """
+
+    def __init__(self, path: str | Path, sample_rate: int, *, volume: float = 1.0) -> None:
+        self.path = Path(path)
+        self.sample_rate = sample_rate
+        self.volume = volume
+        self.reference = ReferenceBuffer(1)
+        self._parts: list[np.ndarray] = []
+        self._done = threading.Event()
+        self._stopped = False
+        self.paused = False
+
+    def open(self) -> WavSink:
+        return self
+
+    def close(self) -> None:
+        self._write()
+
+    def __enter__(self) -> WavSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def play(self, samples: np.ndarray) -> None:
+        if not self._stopped:
+            self._parts.append(np.asarray(samples, np.float32).reshape(-1) * self.volume)
+
+    def finish(self) -> None:
+        self._write()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._write()
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        return self._done.wait(timeout_s)
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+    @property
+    def played_frames(self) -> int:
+        return sum(p.shape[0] for p in self._parts)
+
+    def _write(self) -> None:
+        if self._done.is_set():
+            return
+        samples = np.concatenate(self._parts) if self._parts else np.zeros(0, np.float32)
+        write_wav(self.path, Audio(samples, self.sample_rate))
+        self._done.set()

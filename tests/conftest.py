@@ -1,0 +1,45 @@
+"""Shared fixtures: an isolated state directory for every test, and real audio for `audio` tests.
+
+Audio tests (`pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]`) open real
+PortAudio streams on a PulseAudio null sink that belongs to this session
+(tests/pulse.py). scripts/test installs and starts PulseAudio; without it, audio tests fail on CI
+and are skipped elsewhere (a developer's Mac, say) with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from pulse import PulseSinks, pulse_available, session_prefix  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def vocal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test gets its own VOCAL_HOME and no VOCAL_* settings from the outer environment."""
+    for name in list(os.environ):
+        if name.startswith("VOCAL_"):
+            monkeypatch.delenv(name)
+    home = tmp_path / "vocal-home"
+    monkeypatch.setenv("VOCAL_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def pulse() -> PulseSinks:
+    """This session's null sinks, with this process and its children routed to them."""
+    if not pulse_available():
+        if os.environ.get("CI"):
+            pytest.fail("PulseAudio is not installed: scripts/test installs it")
+        pytest.skip("PulseAudio is not installed (scripts/test installs it on Debian/Ubuntu)")
+    sinks = PulseSinks(session_prefix()).load()
+    os.environ.update(sinks.route())
+    yield sinks
+    sinks.unload()
