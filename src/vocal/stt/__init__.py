@@ -1,0 +1,75 @@
+"""Speech to text: one interface, engines registered by name and imported on demand.
+
+`load_stt(name, model)` returns a loaded engine; `engine.transcribe(audio)` returns a
+`Transcript`. Engines live in their own modules and are listed in `ENGINES` as "module:Class"
+strings, so choosing one imports nothing until it is used (STYLE.md: fast start).
+"""
+
+from __future__ import annotations
+
+import importlib
+import platform
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+from vocal.errors import EngineError
+
+if TYPE_CHECKING:
+    from vocal.audio import Audio
+
+#: name -> "module:Class"; the class takes (model: str, **options).
+ENGINES: dict[str, str] = {
+    "faster-whisper": "vocal.stt.faster_whisper:FasterWhisperEngine",
+    "mlx-whisper": "vocal.stt.mlx_whisper:MlxWhisperEngine",
+}
+#: What to `pip install` when an engine's import fails.
+INSTALL_HINTS: dict[str, str] = {
+    "faster-whisper": "pip install faster-whisper",
+    "mlx-whisper": "pip install mlx-whisper (Apple Silicon)",
+}
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """What an engine heard: text, language, and how long decoding took."""
+
+    text: str
+    language: str | None = None
+    duration_s: float = 0.0
+    transcribe_s: float = 0.0
+    segments: list[dict] = field(default_factory=list)
+
+
+class SttEngine(Protocol):
+    """A loaded speech-to-text model."""
+
+    name: str
+
+    def transcribe(self, audio: Audio) -> Transcript:
+        """Transcribe mono 16 kHz (or any: engines resample) audio."""
+        ...
+
+
+def default_engine_name() -> str:
+    """mlx-whisper on Apple Silicon, faster-whisper everywhere else."""
+    if sys.platform == "darwin" and platform.machine() == "arm64":
+        return "mlx-whisper"
+    return "faster-whisper"
+
+
+def load_stt(name: str = "auto", model: str = "tiny.en", **options: object) -> SttEngine:
+    """Import and load engine `name` ("auto" picks by platform) with `model`."""
+    if name == "auto":
+        name = default_engine_name()
+    target = ENGINES.get(name)
+    if target is None:
+        raise EngineError(f"unknown speech-to-text engine {name!r}", hint=f"one of {', '.join(ENGINES)}")
+    module_name, class_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise EngineError(
+            f"the {name} engine is not installed ({exc})", hint=INSTALL_HINTS.get(name)
+        ) from None
+    return getattr(module, class_name)(model, **options)
