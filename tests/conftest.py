@@ -21,6 +21,26 @@ from pulse import PulseSinks, pulse_available, session_prefix  # noqa: E402
 REPO = Path(__file__).resolve().parent.parent
 
 
+def warm_up_streams(sinks: PulseSinks) -> None:
+    """Run an output and an input stream on each new sink until audio flows in real time.
+
+    The first streams on a fresh null sink stall and lose their first few hundred ms; tests
+    must not see that. libpulse reads PULSE_SINK/PULSE_SOURCE when a stream opens, so each
+    sink is warmed by pointing them at it in turn."""
+    import numpy as np
+
+    from vocal.devices import Microphone, Player
+
+    for sink in (sinks.room, sinks.speaker):  # the speaker last: the route tests start with
+        os.environ.update(sinks.route(sink, f"{sink}.monitor"))
+        mic = Microphone(16_000, block_frames=160).open()
+        with Player(16_000) as player:
+            player.play(np.zeros(16_000, np.float32))
+            player.finish()
+            player.wait(10)
+        mic.close()
+
+
 @pytest.fixture(autouse=True)
 def vocal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own VOCAL_HOME and no VOCAL_* settings from the outer environment."""
@@ -40,6 +60,7 @@ def pulse() -> PulseSinks:
             pytest.fail("PulseAudio is not installed: scripts/test installs it")
         pytest.skip("PulseAudio is not installed (scripts/test installs it on Debian/Ubuntu)")
     sinks = PulseSinks(session_prefix()).load()
+    warm_up_streams(sinks)
     os.environ.update(sinks.route())
     yield sinks
     sinks.unload()

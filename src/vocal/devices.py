@@ -30,6 +30,10 @@ PORTAUDIO_HINT = (
     "install PortAudio: `sudo apt-get install libportaudio2` on Debian/Ubuntu, "
     "`sudo dnf install portaudio` on Fedora, `brew install portaudio` on macOS"
 )
+NO_DEVICE_HINT = (
+    "see `vocal devices`; on Linux check that PulseAudio or PipeWire is running "
+    "(`pactl info`), on macOS the Sound settings"
+)
 #: Frames per callback for playback: 256 at 16 kHz is 16 ms, so a kill lands within ~16 ms
 #: plus the device's own buffer.
 DEFAULT_OUTPUT_BLOCK_FRAMES = 256
@@ -51,10 +55,7 @@ def sounddevice() -> Any:
 
 
 def _port_audio_error(action: str, exc: Exception) -> DeviceError:
-    return DeviceError(
-        f"cannot {action}: {exc}",
-        hint="check `vocal devices`; on Linux make sure PulseAudio or PipeWire is running",
-    )
+    return DeviceError(f"cannot {action}: {exc}", hint=NO_DEVICE_HINT)
 
 
 # -- device listing -------------------------------------------------------------------------
@@ -104,6 +105,10 @@ def list_devices() -> list[DeviceInfo]:
 def resolve_device(spec: str | int | None, kind: str) -> int | None:
     """A device index from `spec`: None (the default), an index, or part of a device name."""
     if spec is None or spec == "":
+        sd = sounddevice()
+        default_in, default_out = sd.default.device
+        if (default_in if kind == "input" else default_out) < 0:
+            raise DeviceError(f"there is no default audio {kind} device", hint=NO_DEVICE_HINT)
         return None
     if isinstance(spec, int) or str(spec).isdigit():
         index = int(spec)
@@ -203,6 +208,7 @@ class Player:
         self._offset = 0
         self._queued_frames = 0
         self._consumed = 0
+        self._last_sample_dac_s = 0.0
         self._finishing = False
         self._stopped = False
         self._paused = False
@@ -327,8 +333,19 @@ class Player:
             self._on_block(out)
         if self._stopped:
             raise self._sd.CallbackAbort
-        if self._finishing and self._current is None and not self._chunks and not self._paused:
-            raise self._sd.CallbackStop  # PortAudio plays out what it holds, then finished_callback
+        if filled:
+            # When the last real sample of this block reaches the speaker, by PortAudio's clock.
+            self._last_sample_dac_s = _time.outputBufferDacTime + filled / self.sample_rate
+        elif (
+            self._finishing
+            and self._current is None
+            and not self._chunks
+            and not self._paused
+            and _time.currentTime >= self._last_sample_dac_s
+        ):
+            # Played out. Not CallbackStop: PortAudio's finished callback fires when the host API
+            # has the last block, ~25 ms before PulseAudio plays it, and closing then cuts it.
+            self._done.set()
 
 
 # -- input ------------------------------------------------------------------------------------

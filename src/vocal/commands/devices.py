@@ -15,18 +15,18 @@ def devices(
 ) -> None:
     """List audio input and output devices; `*` marks the defaults.
 
-    Exit code 5 when PortAudio is missing or no device can be listed.
+    Exit code 5 when PortAudio is missing or sees no device.
     """
     import json
 
-    from vocal.devices import list_devices
+    from vocal.devices import NO_DEVICE_HINT, list_devices
+    from vocal.errors import DeviceError
 
     found = list_devices()
+    if not found:
+        raise DeviceError("PortAudio sees no audio devices", hint=NO_DEVICE_HINT)
     if json_output:
         typer.echo(json.dumps([d.to_dict() for d in found], indent=2))
-        return
-    if not found:
-        typer.echo("no audio devices", err=True)
         return
     for d in found:
         marks = ("*in " if d.default_input else "    ") + ("*out" if d.default_output else "    ")

@@ -1,0 +1,1 @@
+complete --command vocal --no-files --arguments "(env _VOCAL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) vocal)" --condition "env _VOCAL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) vocal"
