@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vocal.audio import Audio
-from vocal.devices import Player, WavSink
+from vocal.devices import BlockHook, Player, WavSink
 
 
 def open_output(
@@ -18,11 +18,15 @@ def open_output(
     output: str | Path | None = None,
     device: str | int | None = None,
     volume: float = 1.0,
+    on_block: BlockHook | None = None,
 ) -> Player | WavSink:
-    """An opened output at `sample_rate`: a WAV file if `output` is given, else the speaker."""
+    """An opened output at `sample_rate`: a WAV file if `output` is given, else the speaker.
+
+    `on_block` runs in the speaker's audio callback on each block played (see `Player`).
+    """
     if output is not None:
         return WavSink(output, sample_rate, volume=volume).open()
-    return Player(sample_rate, device=device, volume=volume).open()
+    return Player(sample_rate, device=device, volume=volume, on_block=on_block).open()
 
 
 def play_audio(

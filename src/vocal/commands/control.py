@@ -1,0 +1,158 @@
+"""Side channel into a running speak/converse: stop, pause, resume, skip, status."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+
+from vocal.commands._app import command_app
+
+app = command_app(no_args_is_help=True)
+
+_PID = typer.Option(None, "--pid", help="The process to control (see `vocal control status`).")
+_SESSION = typer.Option(None, "--session", help="The session whose turn to control.")
+_JSON = typer.Option(False, "--json", help="Print the turn's reply as one JSON line.")
+_TIMEOUT = typer.Option(2.0, "--timeout", min=0.1, help="Seconds to wait for the answer.")
+
+
+def _send(cmd: str, pid: int | None, session: str | None, as_json: bool,
+          timeout: float) -> dict[str, Any] | None:  # fmt: skip
+    """Send `cmd` to the chosen turn and print the reply; None if no turn is running."""
+    from vocal.conch import Conch
+    from vocal.config import load_settings
+    from vocal.control import ControlError, find_endpoint, send_command
+
+    settings = load_settings()
+    holder = None if pid or session else Conch.from_settings(settings).status().holder
+    endpoint = find_endpoint(settings.run_dir, pid=pid, session=session,
+                             holder_pid=holder.pid if holder else None)  # fmt: skip
+    if endpoint is None:
+        if pid or session:
+            target = f"pid {pid}" if pid else f"session {session!r}"
+            raise ControlError(f"no running vocal turn for {target}",
+                               hint="`vocal control status` lists them")  # fmt: skip
+        return None
+    reply = send_command(endpoint, cmd, timeout_s=timeout)
+    if as_json:
+        print(json.dumps(reply))
+    if not reply.get("ok"):
+        raise ControlError(f"{cmd} refused by pid {endpoint.pid}: {reply.get('error')}")
+    return reply
+
+
+def _no_turn() -> None:
+    from vocal.control import ControlError
+
+    raise ControlError("no running vocal turn to control", hint="nothing is speaking now")
+
+
+@app.command()
+def stop(pid: int | None = _PID, session: str | None = _SESSION, as_json: bool = _JSON,
+         timeout: float = _TIMEOUT) -> None:  # fmt: skip
+    """Stop speaking, or give up waiting for the floor.
+
+    The turn ends there: a converse turn does not go on to listen.
+    """
+    if _send("stop", pid, session, as_json, timeout) is None:
+        _no_turn()
+
+
+@app.command()
+def pause(pid: int | None = _PID, session: str | None = _SESSION, as_json: bool = _JSON,
+          timeout: float = _TIMEOUT) -> None:  # fmt: skip
+    """Pause playback where it is (silence until resume)."""
+    if _send("pause", pid, session, as_json, timeout) is None:
+        _no_turn()
+
+
+@app.command()
+def resume(pid: int | None = _PID, session: str | None = _SESSION, as_json: bool = _JSON,
+           timeout: float = _TIMEOUT) -> None:  # fmt: skip
+    """Resume paused playback."""
+    if _send("resume", pid, session, as_json, timeout) is None:
+        _no_turn()
+
+
+@app.command("skip-forward")
+def skip_forward(pid: int | None = _PID, session: str | None = _SESSION, as_json: bool = _JSON,
+                 timeout: float = _TIMEOUT) -> None:  # fmt: skip
+    """Cut playback and go to listening (or end the recording).
+
+    While a converse turn listens, this ends the recording and transcribes what was heard.
+    """
+    if _send("skip_forward", pid, session, as_json, timeout) is None:
+        _no_turn()
+
+
+@app.command("skip-back")
+def skip_back(pid: int | None = _PID, session: str | None = _SESSION, as_json: bool = _JSON,
+              timeout: float = _TIMEOUT) -> None:  # fmt: skip
+    """Restart the current utterance; each further press: one back.
+
+    The first press restarts the current or most recent utterance, each further press steps
+    one back, clamped at the oldest.
+
+    The walk is kept on disk, so it goes on across processes. With no turn running, this
+    command plays the utterance itself (from the history, no STT or TTS), taking the floor
+    like any turn; pressing again while it plays steps further back.
+    """
+    if _send("skip_back", pid, session, as_json, timeout) is not None:
+        return
+    from vocal.config import load_settings
+    from vocal.errors import UsageError
+    from vocal.history import History
+    from vocal.turn import replay
+
+    settings = load_settings()
+    utterance = History.from_settings(settings).step_back()
+    if utterance is None:
+        raise UsageError("the history is empty: nothing to go back to")
+    result = replay(settings, utterance)
+    if as_json:
+        print(json.dumps({"ok": True, "cmd": "skip_back", "replayed": utterance.to_dict(),
+                          **result.to_dict()}))  # fmt: skip
+
+
+@app.command("status")
+def status_(pid: int | None = _PID, session: str | None = _SESSION, as_json: bool = _JSON,
+            timeout: float = _TIMEOUT) -> None:  # fmt: skip
+    """What the running turns are doing (all of them, or one with --pid/--session)."""
+    from vocal.config import load_settings
+    from vocal.control import endpoints, send_command
+
+    if pid or session:
+        reply = _send("status", pid, session, as_json, timeout)
+        if not as_json and reply is not None:
+            _print_status(reply)
+        return
+    replies = []
+    for endpoint in endpoints(load_settings().run_dir):
+        try:
+            replies.append(send_command(endpoint, "status", timeout_s=timeout))
+        except Exception as exc:  # one wedged turn must not hide the others
+            replies.append({"ok": False, "pid": endpoint.pid, "error": str(exc)})
+    if as_json:
+        print(json.dumps(replies))
+        return
+    if not replies:
+        print("no vocal turn is running")
+    for reply in replies:
+        _print_status(reply)
+
+
+def _print_status(reply: dict[str, Any]) -> None:
+    if not reply.get("ok"):
+        print(f"pid {reply.get('pid')}: error: {reply.get('error')}")
+        return
+    who = reply.get("agent") or reply.get("session")
+    line = f"pid {reply['pid']} {reply.get('kind')} ({who}): {reply.get('state')}"
+    if reply.get("state") == "waiting" and reply.get("position"):
+        line += f" at position {reply['position']}"
+    utterance = reply.get("utterance")
+    if utterance:
+        line += f", utterance {utterance['id']} {utterance.get('text', '')[:60]!r}"
+    if "played_s" in reply:
+        line += f", {reply['played_s']:.1f} s played"
+    print(line)

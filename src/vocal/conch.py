@@ -1,0 +1,742 @@
+"""The conch: which agent on this machine may speak now, and who waits, in FIFO order.
+
+Everything is files in one 0700 directory (`Settings.conch_dir`), so no daemon is needed:
+
+    lock            flock'ed around every read-modify-write; holds the last sequence number
+                    handed out (arrival order)
+    holder.json     the holder: token, session, agent, voice, pid, acquired_at, expires_at
+    grant.json      the floor offered to the head of the queue, with a claim deadline
+    quiet.json      after a bump: when the bumped holder is surely silent
+    queue/N.json    one file per waiter (N = its sequence number), ordered by (order, seq)
+    queue/N.wake    the waiter's datagram socket: the granter sends one byte to wake it
+
+Release (or the discovery that the holder died) writes a grant for the head of the queue and
+wakes only that waiter, so waiters do not stampede for the lock; a grant not claimed within its
+deadline moves that waiter to the back and passes the floor on. A holder is alive while its
+process runs (pid and start time, a zombie counts as dead) and its record has not expired; its
+`Turn` renews the expiry while it runs, so a crashed, killed or frozen holder never blocks the
+others past `VOCAL_CONCH_LOCK_EXPIRY`.
+
+A waiter is either a local process (pid, and liveness by pid) or a session with no pid (an
+agent that called in callback mode, or, later, a remote agent): that one keeps its place as
+long as it calls again (`heartbeat`) within `VOCAL_CONCH_REMOTE_TTL`.
+
+Standard library only: `vocal conch status` is on the fast-start path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vocal.errors import ConchTimeout, UsageError
+from vocal.statefiles import (
+    HOST,
+    SocketPath,
+    locked,
+    next_counter,
+    pid_alive,
+    private_dir,
+    process_start,
+    read_json,
+    unlink,
+    write_json,
+)
+
+if TYPE_CHECKING:
+    from vocal.config import Settings
+
+MODES = ("wait", "callback")
+#: How long a woken local waiter has to take its grant. It is woken at once and needs a few
+#: milliseconds; seconds leave room for a machine under load.
+LOCAL_CLAIM_S = 5.0
+#: How long a waiter with no process (callback mode) has to call back and take its grant.
+REMOTE_CLAIM_S = 30.0
+#: How often the head of the queue re-checks the holder's liveness (a SIGKILLed holder frees
+#: the floor within this) and how often the others check theirs (cheap: a few file reads).
+HEAD_TICK_S = 0.1
+TICK_S = 0.5
+#: After a bump the next speaker waits this long before it returns with the floor: the bumped
+#: holder is still talking until its watcher looks (every 50 ms) and its device buffer
+#: (~30 ms) drains. A SIGKILLed holder falls silent at once and needs no such pause.
+BUMP_SETTLE_S = 0.25
+
+
+class ConchBusy(ConchTimeout):
+    """The floor was not granted: timeout in wait mode, or callback mode found it taken.
+
+    `position` is where the caller stands in the queue (1 = next), or None if it keeps no place.
+    """
+
+    def __init__(self, message: str, *, position: int | None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.position = position
+
+
+class ConchLost(ConchTimeout):
+    """The holder lost the floor while speaking: `vocal conch bump`, or its record expired."""
+
+
+class ConchCancelled(Exception):
+    """A wait for the floor was cancelled by the caller (e.g. `vocal control stop`)."""
+
+
+def _record(cls: type, data: Any) -> Any:
+    if not isinstance(data, dict):
+        return None
+    try:
+        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+    except TypeError:  # a record missing required keys: a foreign or torn file
+        return None
+
+
+@dataclass
+class Holder:
+    """Who has the floor. `pid` is None for a session that holds it between commands
+    (`vocal conch wait`); such a floor ends by release, bump or expiry."""
+
+    token: str
+    seq: int
+    session: str
+    agent: str | None = None
+    voice: str | None = None
+    pid: int | None = None
+    pid_start: int | None = None
+    host: str = HOST
+    acquired_at: float = 0.0
+    expires_at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Waiter:
+    """One place in the queue. `pid` None: a session kept alive by `heartbeat_at`."""
+
+    seq: int
+    session: str
+    agent: str | None = None
+    voice: str | None = None
+    pid: int | None = None
+    pid_start: int | None = None
+    host: str = HOST
+    joined_at: float = 0.0
+    heartbeat_at: float = 0.0
+    order: float = 0.0
+
+    @property
+    def local(self) -> bool:
+        return self.pid is not None and self.host == HOST
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Grant:
+    """The floor offered to waiter `seq` until `claim_by`."""
+
+    seq: int
+    session: str
+    granted_at: float
+    claim_by: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Held:
+    """What `acquire` returns: the caller holds the floor under `token` until it releases."""
+
+    token: str
+    seq: int
+    session: str
+    waited_s: float
+    #: The caller's session already held the floor (`vocal conch wait`): nothing to release.
+    reentrant: bool = False
+    #: Where the caller stood on arrival (0: the floor was free).
+    position_on_arrival: int = 0
+    #: Wall-clock time the hold expires unless renewed (`Conch.renew`).
+    expires_at: float = float("inf")
+
+
+@dataclass
+class ConchState:
+    """A snapshot for `vocal conch status`."""
+
+    holder: Holder | None
+    grant: Grant | None
+    waiters: list[Waiter] = field(default_factory=list)
+    now: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        holder = None
+        if self.holder is not None:
+            holder = self.holder.to_dict()
+            holder["held_s"] = round(self.now - self.holder.acquired_at, 3)
+            holder["expires_in_s"] = round(self.holder.expires_at - self.now, 3)
+        queue = []
+        for position, waiter in enumerate(self.waiters, 1):
+            entry = {"position": position, **waiter.to_dict()}
+            entry["waited_s"] = round(self.now - waiter.joined_at, 3)
+            entry["granted"] = self.grant is not None and self.grant.seq == waiter.seq
+            queue.append(entry)
+        return {
+            "holder": holder,
+            "grant": self.grant.to_dict() if self.grant else None,
+            "queue": queue,
+        }
+
+
+def default_session(pid: int | None = None) -> str:
+    """The session of a process that was given none: unique to it."""
+    return f"pid-{pid or os.getpid()}"
+
+
+class Conch:
+    """The floor, in files under `directory`. Safe across processes and threads."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        lock_expiry_s: float = 120.0,
+        remote_ttl_s: float = 90.0,
+        local_claim_s: float = LOCAL_CLAIM_S,
+        remote_claim_s: float = REMOTE_CLAIM_S,
+        wake: bool = True,
+    ) -> None:
+        self.directory = Path(directory)
+        self.lock_expiry_s = lock_expiry_s
+        self.remote_ttl_s = remote_ttl_s
+        self.local_claim_s = local_claim_s
+        self.remote_claim_s = remote_claim_s
+        #: Wake the granted waiter through its socket (False: waiters poll; benchmarks/conch
+        #: measures the difference).
+        self.wake = wake
+        self.queue_dir = self.directory / "queue"
+        self._lock_path = self.directory / "lock"
+        self._holder_path = self.directory / "holder.json"
+        self._grant_path = self.directory / "grant.json"
+        self._quiet_path = self.directory / "quiet.json"
+        self._ready = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Conch:
+        return cls(
+            settings.conch_dir,
+            lock_expiry_s=settings.conch_lock_expiry_s,
+            remote_ttl_s=settings.conch_remote_ttl_s,
+        )
+
+    # -- files ------------------------------------------------------------------------------
+    def _lock(self) -> contextlib.AbstractContextManager[int]:
+        if not self._ready:
+            private_dir(self.directory)
+            private_dir(self.queue_dir)
+            self._ready = True
+        return locked(self._lock_path)
+
+    def _waiter_path(self, seq: int) -> Path:
+        return self.queue_dir / f"{seq:010d}.json"
+
+    def _wake_path(self, seq: int) -> Path:
+        return self.queue_dir / f"{seq:010d}.wake"
+
+    def _read_holder(self) -> Holder | None:
+        return _record(Holder, read_json(self._holder_path))
+
+    def _read_grant(self) -> Grant | None:
+        return _record(Grant, read_json(self._grant_path))
+
+    def _read_waiters(self) -> list[Waiter]:
+        waiters = []
+        try:
+            names = os.listdir(self.queue_dir)
+        except FileNotFoundError:
+            return []
+        for name in names:
+            if name.endswith(".json") and not name.startswith("."):
+                waiter = _record(Waiter, read_json(self.queue_dir / name))
+                if waiter is not None:
+                    waiters.append(waiter)
+        waiters.sort(key=lambda w: (w.order, w.seq))
+        return waiters
+
+    def _write_waiter(self, waiter: Waiter) -> None:
+        write_json(self._waiter_path(waiter.seq), waiter.to_dict())
+
+    def _remove_waiter(self, seq: int) -> None:
+        unlink(self._waiter_path(seq))
+        unlink(self._wake_path(seq))
+
+    # -- liveness -----------------------------------------------------------------------------
+    def holder_alive(self, holder: Holder, now: float) -> bool:
+        if now >= holder.expires_at:
+            return False
+        if holder.pid is not None and holder.host == HOST:
+            return pid_alive(holder.pid, holder.pid_start)
+        return True
+
+    def waiter_alive(self, waiter: Waiter, now: float) -> bool:
+        if waiter.local:
+            return pid_alive(waiter.pid, waiter.pid_start)  # type: ignore[arg-type]
+        return now - waiter.heartbeat_at < self.remote_ttl_s
+
+    def _tidy(self, now: float) -> ConchState:
+        """Drop dead holders, waiters and stale grants; offer a free floor to the head.
+
+        Called under the lock by everyone who looks at the state, so whoever looks first after
+        a holder dies hands the floor on.
+        """
+        holder = self._read_holder()
+        if holder is not None and not self.holder_alive(holder, now):
+            unlink(self._holder_path)
+            holder = None
+        waiters = []
+        for waiter in self._read_waiters():
+            if self.waiter_alive(waiter, now):
+                waiters.append(waiter)
+            else:
+                self._remove_waiter(waiter.seq)
+        grant = self._read_grant()
+        if grant is not None:
+            grantee = next((w for w in waiters if w.seq == grant.seq), None)
+            if holder is not None or grantee is None:
+                unlink(self._grant_path)
+                grant = None
+            elif now > grant.claim_by:
+                # Not claimed in time: that waiter goes to the back and the floor passes on.
+                grantee.order = max(w.order for w in waiters) + 1
+                self._write_waiter(grantee)
+                waiters.sort(key=lambda w: (w.order, w.seq))
+                unlink(self._grant_path)
+                grant = None
+        if holder is None and grant is None and waiters:
+            head = waiters[0]
+            claim_s = self.local_claim_s if head.local else self.remote_claim_s
+            grant = Grant(head.seq, head.session, now, now + claim_s)
+            write_json(self._grant_path, grant.to_dict())
+            self._wake(head.seq)
+        return ConchState(holder, grant, waiters, now)
+
+    def _wake(self, seq: int) -> None:
+        """Send one byte to waiter `seq`'s wake socket; a waiter without one polls instead."""
+        path = self._wake_path(seq)
+        if not path.exists():
+            return
+        try:
+            with SocketPath(path) as address, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+                s.setblocking(False)
+                s.sendto(b"g", address.address)
+        except OSError:
+            pass  # the waiter is gone or its buffer is full: its own tick finds the grant
+
+    def _take(self, *, seq: int, session: str, agent: str | None, voice: str | None,
+              pid: int | None, now: float) -> Holder:  # fmt: skip
+        holder = Holder(
+            token=secrets.token_hex(8),
+            seq=seq,
+            session=session,
+            agent=agent,
+            voice=voice,
+            pid=pid,
+            pid_start=process_start(pid) if pid is not None else None,
+            acquired_at=now,
+            expires_at=now + self.lock_expiry_s,
+        )
+        write_json(self._holder_path, holder.to_dict())
+        unlink(self._grant_path)
+        self._remove_waiter(seq)
+        return holder
+
+    # -- taking the floor ---------------------------------------------------------------------
+    def acquire(
+        self,
+        *,
+        session: str | None = None,
+        agent: str | None = None,
+        voice: str | None = None,
+        mode: str = "wait",
+        timeout_s: float | None = None,
+        keep_place: bool = False,
+        detached: bool = False,
+        cancel: threading.Event | None = None,
+        on_wait: Callable[[int, Holder | None], None] | None = None,
+    ) -> Held:
+        """Take the floor for `session`.
+
+        Args:
+            mode: "wait" blocks until granted (at most `timeout_s`, None for ever); "callback"
+                returns at once: the floor if it is free, else `ConchBusy` with the position.
+            keep_place: in callback mode, leave a place in the queue for `session` (kept while
+                it calls again within `remote_ttl_s`); the next call takes it when granted.
+            detached: the floor stays with `session` after this process exits (`vocal conch
+                wait`), until `release_session`, a bump or the expiry.
+            cancel: set from another thread to give up waiting (`ConchCancelled`).
+            on_wait: called with (position, holder) whenever the position changes.
+
+        Raises:
+            ConchBusy (exit 3): not granted in time, or busy in callback mode.
+        """
+        held = self._acquire(session=session, agent=agent, voice=voice, mode=mode,
+                             timeout_s=timeout_s, keep_place=keep_place, detached=detached,
+                             cancel=cancel, on_wait=on_wait)  # fmt: skip
+        if not held.reentrant:
+            quiet = read_json(self._quiet_path)
+            if isinstance(quiet, (int, float)):
+                time.sleep(min(BUMP_SETTLE_S, max(0.0, quiet - time.time())))
+        return held
+
+    def _acquire(
+        self,
+        *,
+        session: str | None,
+        agent: str | None,
+        voice: str | None,
+        mode: str,
+        timeout_s: float | None,
+        keep_place: bool,
+        detached: bool,
+        cancel: threading.Event | None,
+        on_wait: Callable[[int, Holder | None], None] | None,
+    ) -> Held:
+        if mode not in MODES:
+            raise UsageError(f"conch mode must be one of {', '.join(MODES)}, got {mode!r}")
+        pid = os.getpid()
+        session = session or default_session(pid)
+        holder_pid = None if detached else pid
+        started = time.monotonic()
+        with self._lock() as lock_fd:
+            now = time.time()
+            state = self._tidy(now)
+            held = self._reenter(state.holder, session, pid)
+            if held is not None:
+                return held
+            # A place this session kept in callback mode is adopted, not duplicated.
+            mine = next((w for w in state.waiters if w.session == session and w.pid is None), None)
+            if mine is not None and state.grant is not None and state.grant.seq == mine.seq:
+                holder = self._take(seq=mine.seq, session=session, agent=agent, voice=voice,
+                                    pid=holder_pid, now=now)  # fmt: skip
+                return Held(
+                    holder.token,
+                    holder.seq,
+                    session,
+                    0.0,
+                    position_on_arrival=1,
+                    expires_at=holder.expires_at,
+                )
+            if state.holder is None and state.grant is None and not state.waiters:
+                holder = self._take(seq=next_counter(lock_fd), session=session, agent=agent,
+                                    voice=voice, pid=holder_pid, now=now)  # fmt: skip
+                return Held(holder.token, holder.seq, session, 0.0, expires_at=holder.expires_at)
+            if mode == "callback":
+                position = None
+                if keep_place:
+                    if mine is None:
+                        mine = Waiter(next_counter(lock_fd), session, agent, voice, None, None,
+                                      HOST, now, now, 0.0)  # fmt: skip
+                        mine.order = float(mine.seq)
+                        state.waiters.append(mine)
+                    mine.heartbeat_at = now
+                    self._write_waiter(mine)
+                    position = next(i for i, w in enumerate(state.waiters, 1) if w is mine)
+                raise _busy(state, position, session)
+            # Wait mode: join the queue (or adopt our kept place) with a wake socket.
+            if mine is None:
+                seq = next_counter(lock_fd)
+                mine = Waiter(seq, session, agent, voice, pid, None, HOST, now, now, float(seq))
+            mine.pid, mine.pid_start = pid, process_start(pid)
+            mine.agent, mine.voice = agent or mine.agent, voice or mine.voice
+            wake = _bind_wake(self._wake_path(mine.seq)) if self.wake else None
+            self._write_waiter(mine)
+            self._tidy(now)  # a free floor (holder died, queue empty ahead) goes to the head now
+        try:
+            return self._wait(mine, wake, agent=agent, voice=voice, holder_pid=holder_pid,
+                              started=started, timeout_s=timeout_s, cancel=cancel,
+                              on_wait=on_wait)  # fmt: skip
+        finally:
+            if wake is not None:
+                wake.close()
+
+    def _reenter(self, holder: Holder | None, session: str, pid: int) -> Held | None:
+        # A session holding the floor between commands (pid None) lets its own commands speak;
+        # another live process of the same session still queues, so two never talk at once.
+        if holder is not None and holder.session == session and holder.pid in (None, pid):
+            return Held(
+                holder.token, holder.seq, session, 0.0, reentrant=True, expires_at=holder.expires_at
+            )
+        return None
+
+    def _wait(self, mine: Waiter, wake: socket.socket | None, *, agent: str | None,
+              voice: str | None, holder_pid: int | None, started: float,
+              timeout_s: float | None, cancel: threading.Event | None,
+              on_wait: Callable[[int, Holder | None], None] | None) -> Held:  # fmt: skip
+        deadline = None if timeout_s is None else started + timeout_s
+        last_position = None
+        taken = False
+        try:
+            while True:
+                with self._lock():
+                    now = time.time()
+                    state = self._tidy(now)
+                    if state.grant is not None and state.grant.seq == mine.seq:
+                        holder = self._take(seq=mine.seq, session=mine.session, agent=agent,
+                                            voice=voice, pid=holder_pid, now=now)  # fmt: skip
+                        taken = True
+                        return Held(holder.token, holder.seq, mine.session,
+                                    time.monotonic() - started,
+                                    position_on_arrival=last_position or 1,
+                                    expires_at=holder.expires_at)  # fmt: skip
+                    position = next(
+                        (i for i, w in enumerate(state.waiters, 1) if w.seq == mine.seq), None
+                    )
+                    if position is None:
+                        raise ConchBusy("this waiter was removed from the conch queue "
+                                        "(vocal conch leave)", position=None)  # fmt: skip
+                if position != last_position:
+                    if on_wait is not None:
+                        on_wait(position, state.holder)
+                    last_position = position
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise _busy(state, position, mine.session, timeout_s=timeout_s)
+                if cancel is not None and cancel.is_set():
+                    raise ConchCancelled()
+                tick = HEAD_TICK_S if position == 1 or wake is None else TICK_S
+                if cancel is not None:
+                    tick = min(tick, 0.05)
+                _sleep_on(wake, tick if remaining is None else min(tick, remaining))
+        finally:
+            if not taken:
+                self._withdraw(mine.seq)
+
+    def _withdraw(self, seq: int) -> None:
+        """Take waiter `seq` out of the queue, passing on a grant it held."""
+        with self._lock():
+            self._remove_waiter(seq)
+            grant = self._read_grant()
+            if grant is not None and grant.seq == seq:
+                unlink(self._grant_path)
+            self._tidy(time.time())
+
+    # -- holding and giving up ---------------------------------------------------------------
+    def holds(self, token: str) -> bool:
+        """Whether `token` still holds the floor (no lock: the record is replaced atomically)."""
+        holder = self._read_holder()
+        return holder is not None and holder.token == token and time.time() < holder.expires_at
+
+    def renew(self, token: str) -> float | None:
+        """Push the expiry of `token`'s hold to now + lock_expiry_s and return it; None if the
+        hold was lost."""
+        with self._lock():
+            holder = self._read_holder()
+            now = time.time()
+            if holder is None or holder.token != token or now >= holder.expires_at:
+                return None
+            holder.expires_at = now + self.lock_expiry_s
+            write_json(self._holder_path, holder.to_dict())
+            return holder.expires_at
+
+    def release(self, token: str) -> bool:
+        """Give the floor up (to the head of the queue); False if `token` no longer held it."""
+        with self._lock():
+            holder = self._read_holder()
+            released = holder is not None and holder.token == token
+            if released:
+                unlink(self._holder_path)
+            self._tidy(time.time())
+            return released
+
+    def release_session(self, session: str) -> Holder | None:
+        """Release the floor if `session` holds it; the released record, else None."""
+        with self._lock():
+            holder = self._read_holder()
+            if holder is None or holder.session != session:
+                self._tidy(time.time())
+                return None
+            unlink(self._holder_path)
+            self._tidy(time.time())
+            return holder
+
+    def bump(self) -> Holder | None:
+        """Take the floor from whoever holds it and pass it on. The holder's `Turn` sees its
+        record gone and stops speaking. Returns the bumped record, or None if nobody held it."""
+        with self._lock():
+            now = time.time()
+            holder = self._read_holder()
+            if holder is not None:
+                unlink(self._holder_path)
+                write_json(self._quiet_path, now + BUMP_SETTLE_S)
+            self._tidy(now)
+            return holder
+
+    def give(self, session: str, *, now: bool = False) -> Waiter | None:
+        """Make `session`'s waiter the next to speak (with `now`, bump the holder too).
+
+        Returns the waiter moved, or None if `session` holds the floor already.
+        Raises UsageError if `session` neither holds the floor nor waits.
+        """
+        with self._lock():
+            state = self._tidy(time.time())
+            if state.holder is not None and state.holder.session == session:
+                return None
+            target = next((w for w in state.waiters if w.session == session), None)
+            if target is None:
+                raise UsageError(
+                    f"no waiter with session {session!r}",
+                    hint="`vocal conch status` lists the queue",
+                )
+            target.order = min(w.order for w in state.waiters) - 1
+            self._write_waiter(target)
+            if state.grant is not None and state.grant.seq != target.seq:
+                unlink(self._grant_path)  # the revoked grantee keeps its place, now second
+            if now and state.holder is not None:
+                unlink(self._holder_path)
+                write_json(self._quiet_path, time.time() + BUMP_SETTLE_S)
+            self._tidy(time.time())
+            return target
+
+    def leave(self, session: str) -> int:
+        """Take every place `session` holds in the queue; how many there were."""
+        with self._lock():
+            state = self._tidy(time.time())
+            gone = [w for w in state.waiters if w.session == session]
+            for waiter in gone:
+                self._remove_waiter(waiter.seq)
+                if state.grant is not None and state.grant.seq == waiter.seq:
+                    unlink(self._grant_path)
+            self._tidy(time.time())
+            return len(gone)
+
+    def heartbeat(self, session: str) -> int | None:
+        """Keep `session`'s place (pid-less waiters only); its position, or None if it has none."""
+        with self._lock():
+            now = time.time()
+            state = self._tidy(now)
+            for position, waiter in enumerate(state.waiters, 1):
+                if waiter.session == session and waiter.pid is None:
+                    waiter.heartbeat_at = now
+                    self._write_waiter(waiter)
+                    return position
+            return None
+
+    def status(self) -> ConchState:
+        """The holder, the outstanding grant and the queue, after dropping the dead."""
+        with self._lock():
+            return self._tidy(time.time())
+
+
+def _busy(state: ConchState, position: int | None, session: str,
+          timeout_s: float | None = None) -> ConchBusy:  # fmt: skip
+    holder = state.holder
+    who = "nobody (handing over)"
+    if holder is not None:
+        who = holder.agent or holder.session
+    where = f"position {position} in the queue" if position else "no place kept in the queue"
+    if timeout_s is not None:
+        message = f"the floor was not granted within {timeout_s:g} s ({who} holds it; {where})"
+        hint = "raise VOCAL_CONCH_TIMEOUT, or see `vocal conch status`"
+    else:
+        message = f"the floor is taken by {who} ({where})"
+        hint = "call again later; see `vocal conch status`"
+    return ConchBusy(message, position=position, hint=hint)
+
+
+def _bind_wake(path: Path) -> socket.socket | None:
+    """A datagram socket at `path` the granter pokes; None if it cannot be made (then poll)."""
+    unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        with SocketPath(path) as address:
+            sock.bind(address.address)
+    except (OSError, UsageError):
+        sock.close()
+        return None
+    sock.setblocking(False)
+    return sock
+
+
+def _sleep_on(wake: socket.socket | None, timeout_s: float) -> None:
+    """Sleep up to `timeout_s`, returning early when a byte arrives on `wake`."""
+    if wake is None:
+        time.sleep(max(0.0, timeout_s))
+        return
+    ready, _, _ = select.select([wake], [], [], max(0.0, timeout_s))
+    if ready:
+        with contextlib.suppress(OSError):
+            while wake.recv(64):
+                pass
+
+
+class HoldWatcher:
+    """A thread that keeps a hold alive and notices when it is lost.
+
+    Every `poll_s` it reads the holder record; if the token is gone (bumped, or expired and
+    handed on) it calls `on_lost` once and stops. Every `renew_s` it renews the expiry.
+    `valid_until` is the expiry last written: past it the hold is not ours, even if this
+    process was frozen (SIGSTOP) and has not yet looked.
+    """
+
+    def __init__(self, conch: Conch, held: Held, on_lost: Callable[[], None], *,
+                 poll_s: float = 0.05, renew_s: float | None = None) -> None:  # fmt: skip
+        self.conch = conch
+        self.token = held.token
+        self.valid_until = held.expires_at
+        self.on_lost = on_lost
+        self.poll_s = poll_s
+        self.renew_s = renew_s if renew_s is not None else min(5.0, conch.lock_expiry_s / 4)
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="conch-watch", daemon=True)
+
+    def start(self) -> HoldWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(2.0)
+
+    def _run(self) -> None:
+        next_renew = time.monotonic() + self.renew_s
+        while not self._stop.wait(self.poll_s):
+            held = self.conch.holds(self.token)
+            if held and time.monotonic() >= next_renew:
+                expires_at = self.conch.renew(self.token)
+                held = expires_at is not None
+                if held:
+                    self.valid_until = expires_at  # type: ignore[assignment]
+                next_renew = time.monotonic() + self.renew_s
+            if not held and not self._stop.is_set():
+                self.lost.set()
+                self.on_lost()
+                return
+
+
+__all__ = [
+    "MODES",
+    "Conch",
+    "ConchBusy",
+    "ConchCancelled",
+    "ConchLost",
+    "ConchState",
+    "Grant",
+    "Held",
+    "Holder",
+    "HoldWatcher",
+    "Waiter",
+    "default_session",
+]

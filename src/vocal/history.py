@@ -1,0 +1,279 @@
+"""The last N utterances on disk, so `replay` and `skip_back` work across processes.
+
+No vocal process outlives its turn, so an in-memory buffer would forget everything between
+turns. Each utterance is two files in `Settings.history_dir` (0700):
+
+    000042.json     id, text, voice, sample_rate, created_at, session, agent, complete
+    000042.pcm      16-bit little-endian mono PCM at sample_rate, appended as it is played
+
+plus `seq` (the last id), `cursor.json` (where a skip-back walk stands) and `lock` (flock).
+An utterance is recorded when it starts playing, so the one being spoken is already the newest;
+a process killed mid-utterance leaves what it had played. Size is bounded: at most
+`VOCAL_HISTORY_SIZE` utterances (minimum 1), each at most `MAX_UTTERANCE_S` long.
+
+skip_back (issue 6): the first press restarts the current or most recent utterance, each further
+press steps one back, clamped at the oldest. A press is "further" when the cursor on disk was
+set while the same utterance was the newest; a new utterance starts a new walk.
+
+Standard library at import time; numpy only when PCM is decoded.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vocal.errors import UsageError
+from vocal.statefiles import locked, private_dir, read_json, unlink, write_json
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from vocal.audio import Audio
+    from vocal.config import Settings
+
+#: The longest utterance kept (longer ones are cut): bounds each entry to
+#: 300 s x sample_rate x 2 bytes (14.4 MB at 24 kHz).
+MAX_UTTERANCE_S = 300.0
+_BYTES_PER_FRAME = 2
+
+
+@dataclass
+class Utterance:
+    """One recorded utterance. `frames` counts what is on disk now."""
+
+    id: int
+    text: str
+    voice: str | None
+    sample_rate: int
+    created_at: float
+    frames: int = 0
+    complete: bool = False
+    session: str | None = None
+    agent: str | None = None
+    pcm_path: Path | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return self.frames / self.sample_rate
+
+    def audio(self) -> Audio:
+        """The PCM as an `Audio` (imports numpy)."""
+        import numpy as np
+
+        from vocal.audio import Audio
+
+        if self.pcm_path is None:
+            raise UsageError(f"utterance {self.id} has no audio")
+        try:
+            raw = self.pcm_path.read_bytes()
+        except FileNotFoundError:
+            raise UsageError(f"utterance {self.id} has left the history") from None
+        usable = len(raw) - len(raw) % _BYTES_PER_FRAME
+        samples = np.frombuffer(raw[:usable], dtype="<i2").astype(np.float32) / 32768.0
+        return Audio(samples, self.sample_rate)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("pcm_path")
+        data["duration_s"] = round(self.duration_s, 3)
+        return data
+
+
+class Recording:
+    """An utterance being recorded: `append` PCM as it is played, then `finish`."""
+
+    def __init__(self, history: History, utterance: Utterance) -> None:
+        self.history = history
+        self.utterance = utterance
+        self._max_frames = round(MAX_UTTERANCE_S * utterance.sample_rate)
+        self._out = open(utterance.pcm_path, "ab")  # type: ignore[arg-type]  # noqa: SIM115
+
+    def append(self, samples: np.ndarray) -> None:
+        """Add mono float32 samples at the utterance's sample rate (beyond the cap: dropped)."""
+        from vocal.audio import to_int16
+
+        room = self._max_frames - self.utterance.frames
+        if room <= 0 or self._out.closed:
+            return
+        block = to_int16(samples.reshape(-1)[:room])
+        self._out.write(block.tobytes())
+        self._out.flush()  # another process may replay it while we still speak
+        self.utterance.frames += block.shape[0]
+
+    def finish(self) -> Utterance:
+        """Close the PCM and mark the utterance complete."""
+        if not self._out.closed:
+            self._out.close()
+            self.utterance.complete = True
+            self.history._write_meta(self.utterance)
+        return self.utterance
+
+    def __enter__(self) -> Recording:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
+
+
+class History:
+    """The on-disk history of `directory`, keeping the newest `size` utterances."""
+
+    def __init__(self, directory: Path, size: int = 8) -> None:
+        self.directory = Path(directory)
+        self.size = max(1, int(size))  # the issue's minimum: skip_back needs one utterance
+        self._ready = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> History:
+        return cls(settings.history_dir, settings.history_size)
+
+    def _lock(self) -> Any:
+        if not self._ready:
+            private_dir(self.directory)
+            self._ready = True
+        return locked(self.directory / "lock")
+
+    def _meta_path(self, utterance_id: int) -> Path:
+        return self.directory / f"{utterance_id:06d}.json"
+
+    def _pcm_path(self, utterance_id: int) -> Path:
+        return self.directory / f"{utterance_id:06d}.pcm"
+
+    def _write_meta(self, utterance: Utterance) -> None:
+        data = utterance.to_dict()
+        data.pop("duration_s")
+        write_json(self._meta_path(utterance.id), data)
+
+    def _load(self, meta_path: Path) -> Utterance | None:
+        data = read_json(meta_path)
+        if not isinstance(data, dict):
+            return None
+        try:
+            utterance = Utterance(
+                id=int(data["id"]),
+                text=str(data.get("text") or ""),
+                voice=data.get("voice"),
+                sample_rate=int(data["sample_rate"]),
+                created_at=float(data.get("created_at") or 0.0),
+                complete=bool(data.get("complete")),
+                session=data.get("session"),
+                agent=data.get("agent"),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        if utterance.sample_rate <= 0:
+            return None
+        utterance.pcm_path = self._pcm_path(utterance.id)
+        try:
+            utterance.frames = utterance.pcm_path.stat().st_size // _BYTES_PER_FRAME
+        except FileNotFoundError:
+            return None
+        return utterance
+
+    # -- reading ---------------------------------------------------------------------------------
+    def entries(self) -> list[Utterance]:
+        """Every utterance kept, newest first."""
+        try:
+            names = sorted(os.listdir(self.directory), reverse=True)
+        except FileNotFoundError:
+            return []
+        found = []
+        for name in names:
+            if name.endswith(".json") and name[:-5].isdigit():
+                utterance = self._load(self.directory / name)
+                if utterance is not None:
+                    found.append(utterance)
+        return found
+
+    def get(self, back: int = 1) -> Utterance:
+        """The `back`-th most recent utterance (1 = the newest)."""
+        entries = self.entries()
+        if back < 1:
+            raise UsageError(f"N must be 1 or more, got {back}")
+        if not entries:
+            raise UsageError(
+                "the history is empty", hint="it fills as vocal speaks (VOCAL_HISTORY_SIZE)"
+            )
+        if back > len(entries):
+            raise UsageError(f"the history holds {len(entries)} utterance(s), not {back}")
+        return entries[back - 1]
+
+    # -- recording ---------------------------------------------------------------------------
+    def begin(self, *, text: str, voice: str | None, sample_rate: int,
+              session: str | None = None, agent: str | None = None) -> Recording:  # fmt: skip
+        """Start recording a new utterance (it becomes the newest at once)."""
+        with self._lock():
+            last = read_json(self.directory / "seq")
+            utterance_id = (last if isinstance(last, int) else 0) + 1
+            write_json(self.directory / "seq", utterance_id)
+            utterance = Utterance(
+                id=utterance_id, text=text, voice=voice, sample_rate=int(sample_rate),
+                created_at=time.time(), session=session, agent=agent,
+                pcm_path=self._pcm_path(utterance_id),
+            )  # fmt: skip
+            utterance.pcm_path.write_bytes(b"")  # type: ignore[union-attr]
+            self._write_meta(utterance)
+            for old in self.entries()[self.size :]:
+                self._remove(old.id)
+        return Recording(self, utterance)
+
+    def record(self, audio: Audio, *, text: str, voice: str | None = None,
+               session: str | None = None, agent: str | None = None) -> Utterance:  # fmt: skip
+        """Record a whole utterance at once."""
+        with self.begin(text=text, voice=voice, sample_rate=audio.sample_rate,
+                        session=session, agent=agent) as recording:  # fmt: skip
+            recording.append(audio.mono_samples)
+        return recording.utterance
+
+    def _remove(self, utterance_id: int) -> None:
+        unlink(self._meta_path(utterance_id))  # metadata first: a reader skips the entry
+        unlink(self._pcm_path(utterance_id))
+
+    def clear(self) -> int:
+        """Forget every utterance; how many there were."""
+        with self._lock():
+            entries = self.entries()
+            for utterance in entries:
+                self._remove(utterance.id)
+            unlink(self.directory / "cursor.json")
+            return len(entries)
+
+    # -- the skip-back walk --------------------------------------------------------------------
+    def step_back(self) -> Utterance | None:
+        """One skip_back press: the utterance to play now, or None if the history is empty."""
+        with self._lock():
+            entries = self.entries()
+            if not entries:
+                return None
+            ids = [u.id for u in entries]
+            cursor = read_json(self.directory / "cursor.json")
+            target = entries[0]
+            if (
+                isinstance(cursor, dict)
+                and cursor.get("newest_id") == ids[0]
+                and cursor.get("utterance_id") in ids
+            ):
+                index = ids.index(cursor["utterance_id"])
+                target = entries[min(index + 1, len(entries) - 1)]
+            self._write_cursor(target.id, ids[0])
+            return target
+
+    def set_cursor(self, utterance_id: int) -> None:
+        """Make `utterance_id` where the walk stands (a replay is a step of the walk)."""
+        with self._lock():
+            entries = self.entries()
+            if entries:
+                self._write_cursor(utterance_id, entries[0].id)
+
+    def _write_cursor(self, utterance_id: int, newest_id: int) -> None:
+        write_json(
+            self.directory / "cursor.json",
+            {"utterance_id": utterance_id, "newest_id": newest_id, "at": time.time()},
+        )
+
+
+__all__ = ["MAX_UTTERANCE_S", "History", "Recording", "Utterance"]

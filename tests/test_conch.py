@@ -1,0 +1,442 @@
+"""The conch as a library and through `vocal conch`: FIFO, grants, liveness, modes, overrides.
+
+Waiters and holders here are real processes (or threads of this one where only the queue logic
+is under test); the real-audio stress tests with `vocal play` are in test_conch_stress.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from runner import run_vocal
+
+from vocal.conch import Conch, ConchBusy, ConchCancelled, Held, HoldWatcher
+from vocal.config import load_settings
+from vocal.errors import EXIT_CONCH_TIMEOUT
+
+#: A process that takes the floor for argv[1], keeps it renewed as a turn does, prints "held",
+#: and holds it until killed; "lost" if it sees the floor taken.
+HOLDER = """
+import sys, threading, time
+from vocal.conch import Conch, HoldWatcher
+from vocal.config import load_settings
+conch = Conch.from_settings(load_settings())
+held = conch.acquire(session=sys.argv[1])
+lost = threading.Event()
+HoldWatcher(conch, held, lost.set, poll_s=0.02).start()
+print("held", flush=True)
+lost.wait()
+print("lost", flush=True)
+"""
+
+
+def start_holder(session: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", HOLDER, session], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, **env})  # fmt: skip
+
+
+def conch(**overrides: float) -> Conch:
+    settings = load_settings()
+    return Conch(settings.conch_dir, **overrides)
+
+
+def wait_until(predicate, timeout_s: float = 10.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def queue_sessions(c: Conch) -> list[str]:
+    return [w.session for w in c.status().waiters]
+
+
+def holder_session(c: Conch) -> str | None:
+    holder = c.status().holder
+    return holder.session if holder else None
+
+
+def kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(10)
+
+
+# -- the basics, in one process ------------------------------------------------------------
+def test_free_floor_is_taken_at_once_and_released() -> None:
+    c = conch()
+    held = c.acquire(session="a", agent="alpha", voice="heart")
+    state = c.status()
+    assert state.holder is not None and state.holder.session == "a"
+    holder = state.holder
+    assert (holder.agent, holder.voice, holder.pid) == ("alpha", "heart", os.getpid())
+    assert held.waited_s == 0.0 and c.holds(held.token)
+    assert c.release(held.token) is True
+    assert c.status().holder is None
+    assert c.release(held.token) is False  # a second release is a no-op
+
+
+def test_state_directory_is_private() -> None:
+    c = conch()
+    c.status()
+    assert (c.directory.stat().st_mode & 0o777) == 0o700
+    assert (c.queue_dir.stat().st_mode & 0o777) == 0o700
+
+
+def test_waiters_get_the_floor_in_fifo_order_one_at_a_time() -> None:
+    c = conch()
+    gate = c.acquire(session="gate")
+    order: list[str] = []
+    holding = threading.Lock()
+    overlaps = []
+
+    def speak(name: str) -> None:
+        held = c.acquire(session=name, timeout_s=20)
+        if not holding.acquire(blocking=False):
+            overlaps.append(name)
+        order.append(name)
+        time.sleep(0.05)
+        holding.release()
+        c.release(held.token)
+
+    names = [f"s{i}" for i in range(6)]
+    threads = []
+    for i, name in enumerate(names):
+        thread = threading.Thread(target=speak, args=(name,))
+        thread.start()
+        threads.append(thread)
+        wait_until(lambda i=i: len(queue_sessions(c)) == i + 1, what=f"{name} to queue")
+    assert queue_sessions(c) == names
+    c.release(gate.token)
+    for thread in threads:
+        thread.join(20)
+    assert order == names
+    assert overlaps == []
+    assert c.status().holder is None and c.status().waiters == []
+
+
+def test_release_grants_only_the_head() -> None:
+    c = conch()
+    gate = c.acquire(session="gate")
+
+    def take(name: str, timeout_s: float) -> None:
+        with contextlib.suppress(ConchBusy):  # b times out behind a: expected
+            c.acquire(session=name, timeout_s=timeout_s)
+
+    threads = [threading.Thread(target=take, args=(n, 0.5 + 0.5 * i))
+               for i, n in enumerate(["a", "b"])]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: len(queue_sessions(c)) == 2)
+    c.release(gate.token)
+    wait_until(lambda: holder_session(c) == "a")
+    state = c.status()
+    assert state.grant is None  # a claimed the grant; b waits without one
+    assert [w.session for w in state.waiters] == ["b"]
+    for thread in threads:
+        thread.join(5)
+
+
+def test_wait_mode_times_out_with_exit_3_and_leaves_the_queue() -> None:
+    c = conch()
+    c.acquire(session="holder")
+    started = time.monotonic()
+    with pytest.raises(ConchBusy) as err:
+        c.acquire(session="late", timeout_s=0.4)
+    assert 0.35 < time.monotonic() - started < 3.0
+    assert err.value.exit_code == EXIT_CONCH_TIMEOUT and err.value.position == 1
+    assert "position 1" in str(err.value)
+    assert queue_sessions(c) == []
+
+
+def test_cancel_gives_up_the_wait() -> None:
+    c = conch()
+    c.acquire(session="holder")
+    cancel = threading.Event()
+    threading.Timer(0.2, cancel.set).start()
+    with pytest.raises(ConchCancelled):
+        c.acquire(session="w", cancel=cancel)
+    assert queue_sessions(c) == []
+
+
+# -- callback mode ----------------------------------------------------------------------------
+def test_callback_mode_returns_at_once_with_the_position() -> None:
+    c = conch()
+    held = c.acquire(session="holder", agent="alpha")
+    c_thread = threading.Thread(target=lambda: c.acquire(session="first", timeout_s=5))
+    c_thread.start()
+    wait_until(lambda: queue_sessions(c) == ["first"])
+    started = time.monotonic()
+    with pytest.raises(ConchBusy) as err:
+        c.acquire(session="agent-b", mode="callback", keep_place=True)
+    assert time.monotonic() - started < 0.5
+    assert err.value.position == 2 and err.value.exit_code == 3
+    assert "alpha" in str(err.value)
+    # The place is kept with no process behind it; calling again keeps the same place.
+    waiter = c.status().waiters[1]
+    assert (waiter.session, waiter.pid) == ("agent-b", None)
+    with pytest.raises(ConchBusy) as again:
+        c.acquire(session="agent-b", mode="callback", keep_place=True)
+    assert again.value.position == 2 and len(c.status().waiters) == 2
+    # Without a session of its own, nothing is kept.
+    with pytest.raises(ConchBusy) as anonymous:
+        c.acquire(mode="callback")
+    assert anonymous.value.position is None and len(c.status().waiters) == 2
+
+    c.release(held.token)
+    c_thread.join(5)
+    first = c.status().holder
+    c.release(first.token)  # "first" is done; the grant goes to agent-b's kept place
+    state = c.status()
+    assert state.grant is not None and state.grant.session == "agent-b"
+    taken = c.acquire(session="agent-b", mode="callback", keep_place=True)
+    assert holder_session(c) == "agent-b" and taken.position_on_arrival == 1
+    assert c.status().waiters == []
+
+
+def test_place_without_a_process_is_pruned_after_the_ttl() -> None:
+    c = conch(remote_ttl_s=0.5)
+    c.acquire(session="holder")
+    with pytest.raises(ConchBusy):
+        c.acquire(session="remote", mode="callback", keep_place=True)
+    assert queue_sessions(c) == ["remote"]
+    time.sleep(0.3)
+    assert c.heartbeat("remote") == 1  # a call within the TTL keeps it
+    time.sleep(0.3)
+    assert queue_sessions(c) == ["remote"]
+    time.sleep(0.6)
+    assert queue_sessions(c) == []
+
+
+def test_unclaimed_grant_passes_to_the_next() -> None:
+    c = conch(remote_claim_s=0.3)
+    gate = c.acquire(session="gate")
+    with pytest.raises(ConchBusy):  # a place with no process: it will not claim in time
+        c.acquire(session="sleepy", mode="callback", keep_place=True)
+    result: list[Held] = []
+    thread = threading.Thread(
+        target=lambda: result.append(c.acquire(session="eager", timeout_s=10))
+    )
+    thread.start()
+    wait_until(lambda: queue_sessions(c) == ["sleepy", "eager"])
+    released_at = time.monotonic()
+    c.release(gate.token)
+    assert c.status().grant.session == "sleepy"
+    thread.join(10)
+    assert result and result[0].session == "eager"
+    assert 0.25 < time.monotonic() - released_at < 3.0
+    assert queue_sessions(c) == ["sleepy"]  # it went to the back, it did not lose its place
+
+
+# -- liveness across processes ----------------------------------------------------------------
+def test_sigkilled_holder_frees_the_floor_at_once() -> None:
+    c = conch(lock_expiry_s=60)
+    holder = start_holder("doomed")
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        result: list[Held] = []
+        waiter = threading.Thread(
+            target=lambda: result.append(c.acquire(session="next", timeout_s=30))
+        )
+        waiter.start()
+        wait_until(lambda: queue_sessions(c) == ["next"])
+        holder.send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        waiter.join(30)
+        # Liveness by pid: well inside the 60 s expiry, even before the zombie is reaped.
+        assert result and time.monotonic() - killed_at < 2.0
+    finally:
+        kill(holder)
+
+
+def test_frozen_holder_loses_the_floor_at_the_expiry_and_learns_it() -> None:
+    expiry_s = 1.5
+    c = conch(lock_expiry_s=expiry_s)
+    holder = start_holder("frozen", VOCAL_CONCH_LOCK_EXPIRY=str(expiry_s))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        time.sleep(2 * expiry_s)  # it renews: still held past its first expiry
+        assert holder_session(c) == "frozen"
+        os.kill(holder.pid, signal.SIGSTOP)  # alive by pid, but no longer renewing
+        stopped_at = time.monotonic()
+        held = c.acquire(session="next", timeout_s=30)
+        waited = time.monotonic() - stopped_at
+        assert held.session == "next"
+        assert waited < expiry_s + 1.0
+        os.kill(holder.pid, signal.SIGCONT)
+        assert holder.stdout.readline().strip() == "lost"  # it learns on waking
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        kill(holder)
+
+
+def test_zombie_and_recycled_pid_holders_are_dead(tmp_path: Path) -> None:
+    from vocal.statefiles import pid_alive, process_start
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = process_start(child.pid)
+    deadline = time.monotonic() + 10
+    while pid_alive(child.pid) and time.monotonic() < deadline:  # exits, not yet reaped
+        time.sleep(0.01)
+    assert not pid_alive(child.pid)
+    child.wait()
+    assert pid_alive(os.getpid(), process_start(os.getpid()))
+    assert not pid_alive(os.getpid(), (start or 0) + 1)  # same pid, other start time
+    assert not pid_alive(0) and not pid_alive(-5)
+
+
+def test_corrupt_state_files_are_ignored() -> None:
+    c = conch()
+    c.status()
+    (c.directory / "holder.json").write_text("{not json")
+    (c.directory / "grant.json").write_bytes(b"\xff\xfe")
+    (c.queue_dir / "0000000099.json").write_text('{"seq": "x"}')
+    (c.queue_dir / "0000000100.json").write_text("[1, 2]")
+    held = c.acquire(session="a", timeout_s=2)
+    assert holder_session(c) == "a"
+    c.release(held.token)
+
+
+# -- overrides ----------------------------------------------------------------------------------
+def test_give_moves_a_waiter_to_the_front() -> None:
+    c = conch()
+    gate = c.acquire(session="gate")
+    order: list[str] = []
+
+    def speak(name: str) -> None:
+        held = c.acquire(session=name, timeout_s=20)
+        order.append(name)
+        c.release(held.token)
+
+    threads = []
+    for i, name in enumerate(["a", "b", "c"]):
+        threads.append(threading.Thread(target=speak, args=(name,)))
+        threads[-1].start()
+        wait_until(lambda i=i: len(queue_sessions(c)) == i + 1)
+    assert c.give("c").session == "c"
+    assert queue_sessions(c) == ["c", "a", "b"]
+    with pytest.raises(Exception, match="no waiter"):
+        c.give("nobody")
+    assert c.give("gate") is None  # the holder itself
+    c.release(gate.token)
+    for thread in threads:
+        thread.join(20)
+    assert order == ["c", "a", "b"]
+
+
+def test_give_now_bumps_the_holder() -> None:
+    c = conch()
+    c.acquire(session="gate")
+    thread = threading.Thread(target=lambda: c.acquire(session="vip", timeout_s=10))
+    thread.start()
+    wait_until(lambda: queue_sessions(c) == ["vip"])
+    c.give("vip", now=True)
+    thread.join(10)
+    assert holder_session(c) == "vip"
+
+
+def test_bump_tells_the_holder_through_its_watcher() -> None:
+    c = conch()
+    held = c.acquire(session="talker")
+    lost = threading.Event()
+    watcher = HoldWatcher(c, held, lost.set, poll_s=0.02).start()
+    try:
+        bumped = c.bump()
+        assert bumped is not None and bumped.session == "talker"
+        assert lost.wait(2.0)
+        assert c.bump() is None
+    finally:
+        watcher.stop()
+
+
+def test_watcher_renews_the_hold() -> None:
+    c = conch(lock_expiry_s=0.6)
+    held = c.acquire(session="long")
+    lost = threading.Event()
+    watcher = HoldWatcher(c, held, lost.set, poll_s=0.02, renew_s=0.1).start()
+    try:
+        time.sleep(1.5)  # more than twice the expiry
+        assert c.holds(held.token) and not lost.is_set()
+        assert watcher.valid_until > time.time()
+    finally:
+        watcher.stop()
+    time.sleep(0.7)
+    assert not c.holds(held.token)  # with nobody renewing it, it ran out
+
+
+def test_leave_gives_up_a_place() -> None:
+    c = conch()
+    c.acquire(session="holder")
+    with pytest.raises(ConchBusy):
+        c.acquire(session="w", mode="callback", keep_place=True)
+    assert c.leave("w") == 1 and queue_sessions(c) == []
+    assert c.leave("w") == 0
+
+
+# -- the command line -------------------------------------------------------------------------
+def test_cli_wait_holds_for_the_session_until_release() -> None:
+    result = run_vocal("conch", "wait", "--session", "agent-a", "--agent", "A", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["session"] == "agent-a"
+    status = json.loads(run_vocal("conch", "status", "--json").stdout)
+    assert status["holder"]["session"] == "agent-a" and status["holder"]["pid"] is None
+    text = run_vocal("conch", "status").stdout.decode()
+    assert "speaking: A (session agent-a, no process)" in text
+
+    busy = run_vocal("conch", "wait", "--session", "agent-b", "--callback")
+    assert busy.returncode == 3
+    assert b"position 1" in busy.stderr and busy.stderr.count(b"\n") == 1
+    assert "1. agent-b" in run_vocal("conch", "status").stdout.decode()
+
+    assert run_vocal("conch", "release", "--session", "agent-b").returncode == 2
+    assert run_vocal("conch", "release", "--session", "agent-a").returncode == 0
+    # agent-b's kept place holds the grant now; calling again takes the floor.
+    assert run_vocal("conch", "wait", "--session", "agent-b", "--callback").returncode == 0
+    status = json.loads(run_vocal("conch", "status", "--json").stdout)
+    assert status["holder"]["session"] == "agent-b" and status["queue"] == []
+
+
+def test_cli_wait_times_out_with_exit_3() -> None:
+    assert run_vocal("conch", "wait", "--session", "a").returncode == 0
+    started = time.monotonic()
+    result = run_vocal("conch", "wait", "--session", "b", "--timeout", "0.5")
+    assert result.returncode == 3
+    assert time.monotonic() - started < 10
+    assert b"not granted within 0.5 s" in result.stderr
+    assert json.loads(run_vocal("conch", "status", "--json").stdout)["queue"] == []
+
+
+def test_cli_needs_a_session_for_release_wait_and_leave() -> None:
+    for verb in ("release", "wait", "leave"):
+        result = run_vocal("conch", verb)
+        assert result.returncode == 2
+        assert b"needs a session" in result.stderr
+    assert run_vocal("conch", "release", env={"VOCAL_SESSION": "x"}).returncode == 2  # not held
+
+
+def test_cli_bump_give_leave_and_status_when_free() -> None:
+    assert run_vocal("conch", "status").stdout.decode().strip() == "the floor is free"
+    assert json.loads(run_vocal("conch", "bump", "--json").stdout) is None
+    run_vocal("conch", "wait", "--session", "a")
+    run_vocal("conch", "wait", "--session", "b", "--callback")
+    run_vocal("conch", "wait", "--session", "c", "--callback")
+    assert run_vocal("conch", "give", "c").returncode == 0
+    queue = json.loads(run_vocal("conch", "status", "--json").stdout)["queue"]
+    assert [w["session"] for w in queue] == ["c", "b"]
+    assert run_vocal("conch", "give", "zzz").returncode == 2
+    bumped = json.loads(run_vocal("conch", "bump", "--json").stdout)
+    assert bumped["session"] == "a"
+    state = json.loads(run_vocal("conch", "status", "--json").stdout)
+    assert state["holder"] is None and state["grant"]["session"] == "c"
+    assert run_vocal("conch", "leave", "--session", "b").returncode == 0
+    assert run_vocal("conch", "leave", "--session", "b").returncode == 2

@@ -1,0 +1,245 @@
+"""The on-disk history: bounded, replayable from new processes, and the skip_back walk (issue 6).
+
+skip_back: the first press restarts the current or most recent utterance, each further press
+steps one back, clamped at the oldest; the walk lives on disk, so it goes on across processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conch_audio import MonitorRecorder, timeline, tone_wav, wait_until
+from runner import run_vocal, start_vocal
+
+from vocal.audio import Audio, read_wav
+from vocal.config import load_settings
+from vocal.control import endpoints, find_endpoint, send_command
+from vocal.history import History
+
+HEAVY_FOR_REPLAY = {"vocal.stt", "vocal.tts", "faster_whisper", "ctranslate2", "hibari",
+                    "onnxruntime", "mlx_whisper", "vocal.vad"}  # fmt: skip
+
+
+def tone(frequency: float, seconds: float = 0.3, rate: int = 16_000) -> Audio:
+    t = np.arange(round(seconds * rate)) / rate
+    return Audio((0.3 * np.sin(2 * np.pi * frequency * t)).astype(np.float32), rate)
+
+
+def fresh(size: int = 8) -> History:
+    """A new History object on the test's directory: what a new process would see."""
+    return History(load_settings().history_dir, size)
+
+
+# -- storage ----------------------------------------------------------------------------------
+def test_record_and_read_back() -> None:
+    audio = tone(440, 0.5, 24_000)
+    utterance = fresh().record(audio, text="Hello there.", voice="heart", session="s", agent="a")
+    [entry] = fresh().entries()
+    assert (entry.id, entry.text, entry.voice, entry.sample_rate) == (
+        utterance.id, "Hello there.", "heart", 24_000)  # fmt: skip
+    assert entry.complete and entry.session == "s" and entry.agent == "a"
+    assert abs(entry.created_at - time.time()) < 5
+    assert entry.frames == audio.frames and abs(entry.duration_s - 0.5) < 1e-6
+    back = entry.audio()
+    assert back.sample_rate == 24_000
+    assert np.max(np.abs(back.mono_samples - audio.mono_samples)) < 1 / 16_000  # 16-bit PCM
+
+
+def test_history_keeps_the_newest_n_on_disk() -> None:
+    history = fresh(3)
+    for i in range(6):
+        history.record(tone(300 + 100 * i), text=f"u{i}")
+    assert [u.text for u in fresh(3).entries()] == ["u5", "u4", "u3"]
+    files = sorted(p.name for p in history.directory.iterdir() if p.suffix in (".json", ".pcm"))
+    assert files == [f"{i:06d}.{ext}" for i in (4, 5, 6) for ext in ("json", "pcm")]
+    assert (history.directory.stat().st_mode & 0o777) == 0o700
+
+
+def test_size_comes_from_settings_with_a_minimum_of_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert History.from_settings(load_settings()).size == 8
+    monkeypatch.setenv("VOCAL_HISTORY_SIZE", "0")
+    history = History.from_settings(load_settings())
+    assert history.size == 1
+    history.record(tone(400), text="a")
+    history.record(tone(500), text="b")
+    assert [u.text for u in history.entries()] == ["b"]
+
+
+def test_each_utterance_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vocal.history
+
+    monkeypatch.setattr(vocal.history, "MAX_UTTERANCE_S", 0.25)
+    utterance = fresh().record(tone(440, 2.0), text="long")
+    assert utterance.frames == 4000
+    assert (fresh().entries()[0].pcm_path.stat().st_size) == 8000
+
+
+def test_recording_in_progress_is_already_the_newest() -> None:
+    history = fresh()
+    history.record(tone(300), text="before")
+    recording = history.begin(text="streaming", voice=None, sample_rate=16_000)
+    recording.append(tone(500, 0.1).mono_samples)
+    newest = fresh().entries()[0]
+    assert (newest.text, newest.complete, newest.frames) == ("streaming", False, 1600)
+    recording.append(tone(500, 0.1).mono_samples)
+    recording.finish()
+    assert fresh().entries()[0].complete and fresh().entries()[0].frames == 3200
+
+
+def test_damaged_entries_are_skipped() -> None:
+    history = fresh()
+    history.record(tone(300), text="good")
+    (history.directory / "000099.json").write_text("{torn")
+    (history.directory / "000098.json").write_text(json.dumps({"id": 98, "sample_rate": 0}))
+    (history.directory / "000097.json").write_text(json.dumps({"id": 97, "sample_rate": 16000}))
+    assert [u.text for u in fresh().entries()] == ["good"]  # 97 has no PCM
+
+
+# -- the skip_back walk --------------------------------------------------------------------------
+def test_skip_back_walk_exactly_as_specified() -> None:
+    for i in range(4):
+        fresh(4).record(tone(300 + 100 * i), text=f"u{i}")
+    # Each press from a new History object, as from a new process.
+    walk = [fresh(4).step_back().text for _ in range(6)]
+    assert walk == ["u3", "u2", "u1", "u0", "u0", "u0"]  # restart, back, back, back, clamped
+    fresh(4).record(tone(900), text="u4")  # a new utterance starts a new walk
+    assert [fresh(4).step_back().text for _ in range(3)] == ["u4", "u3", "u2"]
+    fresh(4).set_cursor(fresh(4).get(4).id)  # a replay of the oldest moves the walk there
+    assert fresh(4).step_back().text == "u1"
+    assert fresh(4).step_back().text == "u1"
+
+
+def test_skip_back_on_an_empty_history_and_with_one_utterance() -> None:
+    assert fresh().step_back() is None
+    fresh().record(tone(300), text="only")
+    assert [fresh().step_back().text for _ in range(3)] == ["only"] * 3
+
+
+def test_walk_survives_pruning() -> None:
+    for i in range(3):
+        fresh(2).record(tone(300 + 100 * i), text=f"u{i}")
+    assert [fresh(2).step_back().text for _ in range(3)] == ["u2", "u1", "u1"]
+
+
+# -- vocal replay -------------------------------------------------------------------------------
+def test_replay_list_and_output(tmp_path: Path) -> None:
+    history = fresh()
+    first = tone(330, 0.4)
+    history.record(first, text="first words", voice="v1")
+    history.record(tone(550, 0.2, 24_000), text="second words")
+    listing = json.loads(run_vocal("replay", "--list", "--json").stdout)
+    assert [e["text"] for e in listing] == ["second words", "first words"]
+    assert listing[1]["voice"] == "v1" and listing[0]["sample_rate"] == 24_000
+    text = run_vocal("replay", "--list").stdout.decode()
+    assert "1. #2 0.2 s second words" in text and "[v1] first words" in text
+    out = tmp_path / "again.wav"
+    assert run_vocal("replay", "2", "--output", str(out)).returncode == 0
+    again = read_wav(out)
+    assert again.sample_rate == 16_000 and again.frames == first.frames
+    assert np.max(np.abs(again.mono_samples - first.mono_samples)) < 2 / 32768
+
+
+def test_replay_errors() -> None:
+    result = run_vocal("replay")
+    assert result.returncode == 2 and b"history is empty" in result.stderr
+    fresh().record(tone(300), text="x")
+    result = run_vocal("replay", "3")
+    assert result.returncode == 2 and b"holds 1 utterance(s), not 3" in result.stderr
+    assert run_vocal("replay", "0").returncode == 2
+
+
+def imported_by(*args: str) -> set[str]:
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "vocal", *args],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    names = set()
+    for line in result.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            names.update({name, name.split(".")[0]})
+    return names
+
+
+def test_replay_never_loads_speech_engines(tmp_path: Path) -> None:
+    fresh().record(tone(300), text="x")
+    loaded = imported_by("replay", "--output", str(tmp_path / "x.wav"))
+    assert "vocal.history" in loaded and not loaded & HEAVY_FOR_REPLAY
+
+
+# -- across real processes ----------------------------------------------------------------------
+audio_marks = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
+
+
+@pytest.mark.audio
+@pytest.mark.usefixtures("pulse")
+def test_replay_plays_the_stored_pcm_without_speech_engines(tmp_path: Path) -> None:
+    fresh().record(tone(700, 0.6), text="seven hundred")
+    fresh().record(tone(900, 0.3), text="nine hundred")
+    with MonitorRecorder() as recorder:
+        loaded = imported_by("replay", "2")
+    spans = recorder.tone_spans([700, 900])
+    assert 900 not in spans and 0.5 < spans[700][2] < 0.7
+    assert not loaded & HEAVY_FOR_REPLAY
+
+
+@pytest.mark.audio
+@pytest.mark.usefixtures("pulse")
+def test_skip_back_walks_the_history_across_process_restarts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VOCAL_HISTORY_SIZE", "4")
+    freqs = {"u1": 500, "u2": 700, "u3": 900, "u4": 1100, "u5": 1300}
+    files = {name: tone_wav(tmp_path / f"{name}.wav", f, 0.3) for name, f in freqs.items()}
+    files["u4"] = tone_wav(tmp_path / "u4.wav", freqs["u4"], 6.0)  # long: pressed while playing
+    for name in ("u1", "u2", "u3"):  # three turns, three processes
+        assert run_vocal("play", str(files[name]), "--text", name).returncode == 0
+    ids = {u.text: u.id for u in fresh().entries()}
+
+    with MonitorRecorder() as recorder:
+        # A fourth turn is speaking u4: the first press restarts it, the second steps to u3.
+        proc = start_vocal("play", str(files["u4"]), "--text", "u4", "--json")
+        run_dir = load_settings().run_dir
+        wait_until(lambda: find_endpoint(run_dir, pid=proc.pid) is not None)
+        endpoint = find_endpoint(run_dir, pid=proc.pid)
+        wait_until(lambda: send_command(endpoint, "status")["state"] == "playing")
+        time.sleep(0.5)
+        first = run_vocal("control", "skip-back", "--json")
+        time.sleep(0.5)
+        second = run_vocal("control", "skip-back", "--json")
+        out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 0, err.decode()
+        # No turn is running now: each press replays from a new process, going on back.
+        presses = [run_vocal("control", "skip-back", "--json") for _ in range(3)]
+    ids["u4"] = fresh().entries()[0].id
+    assert json.loads(first.stdout)["target"]["text"] == "u4"  # restart the current
+    assert json.loads(second.stdout)["target"]["text"] == "u3"  # one back
+    assert timeline(out)["played_ids"] == [ids["u4"], ids["u4"], ids["u3"]]
+    for press in presses:
+        assert press.returncode == 0, press.stderr.decode()
+    replayed = [json.loads(p.stdout)["replayed"]["text"] for p in presses]
+    assert replayed == ["u2", "u1", "u1"]  # across restarts, clamped at the oldest
+
+    # What was heard: u4 (cut by the first press, then restarted: the same tone, so the
+    # monitor cannot tell the seam), then u3, u2 and u1 whole, u1 twice.
+    spans = recorder.tone_spans(list(freqs.values()))
+    assert freqs["u5"] not in spans
+    heard = sorted((spans[freqs[name]][0], name) for name in ("u4", "u3", "u2", "u1"))
+    assert [name for _, name in heard] == ["u4", "u3", "u2", "u1"]
+    assert 0.7 < spans[freqs["u4"]][2] < 3.5  # two cut stretches, not the whole 6 s
+    assert 0.25 < spans[freqs["u3"]][2] < 0.35 and 0.25 < spans[freqs["u2"]][2] < 0.35
+    assert 0.5 < spans[freqs["u1"]][2] < 0.7
+
+    # A new utterance starts a new walk: the next press restarts it.
+    assert run_vocal("play", str(files["u5"]), "--text", "u5").returncode == 0
+    press = run_vocal("control", "skip-back", "--json")
+    assert json.loads(press.stdout)["replayed"]["text"] == "u5"
+    assert [u.text for u in fresh().entries()] == ["u5", "u4", "u3", "u2"]  # size 4, u1 gone
+    assert endpoints(load_settings().run_dir) == []
+    assert os.listdir(load_settings().run_dir) == []
