@@ -1,0 +1,608 @@
+"""The voice store: reference clips for cloned voices, and which engine speaks a `--voice` name.
+
+Layout, in the state directory (`VOCAL_VOICES_DIR` overrides it)::
+
+    voices/<name>/default.wav     5–9 s of clean speech: the voice (a symlink into the bin)
+    voices/<name>/<sample>.wav    more takes of the same voice form a sample bin
+    voices/<name>/description.txt one line, for `vocal voices list`
+    voices/<name>/persona.md      notes for the agent that speaks in this voice
+
+`vocal voices add` validates a clip (readable audio, 5–9 s of speech once leading and trailing
+silence is trimmed, not clipped, not silent), converts it to mono 16-bit at the cloning engine's
+rate with its loudness normalised, and stores it as a sample with `default.wav` pointing at it.
+`use` moves the symlink to another sample. A directory with several WAVs and no `default.wav`
+is reported as a problem, never silently resolved to one of them.
+
+`resolve_voice` is what `speak` and `converse` call with `--voice NAME`: a stored voice speaks
+through the Chatterbox engine (and fails with exit 5, naming the missing files, when its
+weights are absent, rather than speaking in another voice); any other name goes to the
+configured engine as one of its built-in voices.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vocal.audio import Audio, read_wav, write_wav
+from vocal.errors import AudioFormatError, UsageError
+from vocal.tts.chatterbox import SAMPLE_RATE as CLONE_SAMPLE_RATE
+
+if TYPE_CHECKING:
+    from vocal.config import Settings
+
+#: The engine that speaks stored voices.
+CLONING_ENGINE = "chatterbox"
+DEFAULT_FILE = "default.wav"
+DESCRIPTION_FILE = "description.txt"
+PERSONA_FILE = "persona.md"
+NAME_MAX_CHARS = 64
+PERSONA_MAX_BYTES = 64 * 1024
+
+# Clip rules (issue 5). Chatterbox conditions on up to 10 s of reference and clones poorly
+# from under 5 s; 5–9 s of speech leaves room for the kept margins.
+MIN_SPEECH_S = 5.0
+MAX_SPEECH_S = 9.0
+FRAME_S = 0.02
+#: A clip whose loudest 20 ms frame is below this is silent.
+SILENT_DBFS = -50.0
+#: Frames this far below the loudest one are silence when trimming (and never below -80 dBFS).
+TRIM_BELOW_PEAK_DB = 35.0
+TRIM_FLOOR_DBFS = -80.0
+#: Silence kept before and after the speech, so the first and last phonemes are whole.
+MARGIN_S = 0.15
+#: Clipping: samples at full scale in runs of 3 or more (a single full-scale peak is legal);
+#: more than 0.1% of the speech so marked means the recording was clipped.
+CLIP_LEVEL = 0.999
+CLIP_RUN = 3
+MAX_CLIPPED_FRACTION = 0.001
+#: Loudness: the speech's RMS is brought to -20 dBFS (a usual level for speech references),
+#: then lowered if needed to keep peaks under -1 dBFS.
+TARGET_RMS_DBFS = -20.0
+PEAK_CEILING_DBFS = -1.0
+
+_NAME = re.compile(r"^[\w][\w.-]*$")
+
+
+def _db(value: float) -> float:
+    return 20.0 * math.log10(max(value, 1e-12))
+
+
+def _gain(db: float) -> float:
+    return 10.0 ** (db / 20.0)
+
+
+# -- names ------------------------------------------------------------------------------------
+def validate_voice_name(name: str) -> str:
+    """`name` if it can name a voice directory, else a `UsageError` (exit 2) saying why.
+
+    Letters, digits, `_`, `-` and `.`; no path separators, no `..`, no hidden (leading-dot)
+    names, at most 64 characters: a name never reaches outside the voice store.
+    """
+    reason = None
+    if not name:
+        reason = "it is empty"
+    elif "/" in name or "\\" in name or os.sep in name:
+        reason = "it contains a path separator"
+    elif ".." in name:
+        reason = "it contains '..'"
+    elif name.startswith("."):
+        reason = "hidden names (a leading '.') are not allowed"
+    elif len(name) > NAME_MAX_CHARS:
+        reason = f"it is longer than {NAME_MAX_CHARS} characters"
+    elif not _NAME.match(name):
+        reason = "use letters, digits, '_', '-' and '.' only"
+    if reason:
+        raise UsageError(f"invalid voice name {name!r}: {reason}")
+    return name
+
+
+def is_voice_name(name: str) -> bool:
+    """True when `validate_voice_name` would accept `name`."""
+    try:
+        validate_voice_name(name)
+    except UsageError:
+        return False
+    return True
+
+
+def sample_name_for(path: Path) -> str:
+    """A sample's file stem derived from the clip's name (`take 1.WAV` -> `take-1`)."""
+    stem = re.sub(r"[^\w.-]+", "-", path.stem).strip("-.")[:NAME_MAX_CHARS]
+    stem = stem.replace("..", "-")
+    return stem if stem and stem.lower() != "default" else "sample"
+
+
+# -- clips ------------------------------------------------------------------------------------
+class ClipError(UsageError):
+    """A reference clip that cannot make a voice; the message says why."""
+
+
+@dataclass(frozen=True)
+class ClipReport:
+    """What `prepare_clip` measured and did."""
+
+    source_duration_s: float
+    source_sample_rate: int
+    source_channels: int
+    speech_s: float
+    stored_duration_s: float
+    speech_rms_dbfs: float
+    gain_db: float
+    sample_rate: int = CLONE_SAMPLE_RATE
+
+
+def read_clip(path: Path) -> Audio:
+    """Any audio file vocal can read: WAV through vocal.audio, FLAC/OGG/MP3 through soundfile."""
+    try:
+        return read_wav(path)
+    except AudioFormatError as wav_error:
+        if "no RIFF/WAVE header" not in str(wav_error):
+            raise ClipError(str(wav_error)) from None
+    try:
+        import soundfile
+
+        samples, sample_rate = soundfile.read(str(path), dtype="float32", always_2d=True)
+    except Exception:
+        raise ClipError(
+            f"{path}: not an audio file vocal can read",
+            hint="use a WAV, FLAC, OGG or MP3 recording of 5–9 s of speech",
+        ) from None
+    if samples.shape[0] == 0:
+        raise ClipError(f"{path}: the file holds no audio")
+    return Audio(samples, int(sample_rate))
+
+
+def _frame_rms(samples: np.ndarray, frame: int) -> np.ndarray:
+    count = len(samples) // frame
+    if count == 0:
+        return np.zeros(0, np.float32)
+    frames = samples[: count * frame].reshape(count, frame).astype(np.float64)
+    return np.sqrt(np.mean(frames * frames, axis=1))
+
+
+def _clipped_fraction(samples: np.ndarray) -> float:
+    """The share of samples that sit in runs of >= CLIP_RUN at full scale, per channel."""
+    flagged = 0
+    for channel in samples.T:
+        pinned = np.abs(channel) >= CLIP_LEVEL
+        if not pinned.any():
+            continue
+        # Run lengths of consecutive pinned samples.
+        edges = np.diff(np.concatenate(([0], pinned.view(np.int8), [0])))
+        starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+        runs = ends - starts
+        flagged += int(runs[runs >= CLIP_RUN].sum())
+    return flagged / max(samples.size, 1)
+
+
+def prepare_clip(audio: Audio, *, name: str = "the clip") -> tuple[Audio, ClipReport]:
+    """Validate a reference clip and convert it: mono, 24 kHz, trimmed, loudness-normalised.
+
+    Raises `ClipError` (exit 2) for a silent, clipped, too short or too long clip, with the
+    measured figure in the message.
+    """
+    if audio.frames == 0:
+        raise ClipError(f"{name}: the file holds no audio")
+    if _clipped_fraction(audio.samples) > MAX_CLIPPED_FRACTION:
+        share = _clipped_fraction(audio.samples) * 100
+        raise ClipError(
+            f"{name} is clipped ({share:.1f}% of its samples sit at full scale)",
+            hint="record it again with a lower input level",
+        )
+    mono = audio.to_mono().resample(CLONE_SAMPLE_RATE).mono_samples
+    frame = round(FRAME_S * CLONE_SAMPLE_RATE)
+    rms = _frame_rms(mono, frame)
+    loudest = float(rms.max()) if rms.size else 0.0
+    if loudest < _gain(SILENT_DBFS):
+        raise ClipError(
+            f"{name} is silent (its loudest moment is {_db(loudest):.0f} dBFS)",
+            hint="record 5–9 s of speech",
+        )
+    threshold = max(loudest * _gain(-TRIM_BELOW_PEAK_DB), _gain(TRIM_FLOOR_DBFS))
+    voiced = np.flatnonzero(rms > threshold)
+    first, last = int(voiced[0]), int(voiced[-1])
+    speech_s = (last - first + 1) * FRAME_S
+    if speech_s < MIN_SPEECH_S:
+        raise ClipError(
+            f"{name} holds {speech_s:.1f} s of speech; a voice needs {MIN_SPEECH_S:g}–"
+            f"{MAX_SPEECH_S:g} s",
+            hint="record a longer take (a sentence or two)",
+        )
+    if speech_s > MAX_SPEECH_S:
+        raise ClipError(
+            f"{name} holds {speech_s:.1f} s of speech; a voice needs {MIN_SPEECH_S:g}–"
+            f"{MAX_SPEECH_S:g} s",
+            hint="cut it to one or two clean sentences, e.g. `sox in.wav out.wav trim 0 8`",
+        )
+    margin = round(MARGIN_S * CLONE_SAMPLE_RATE)
+    start = max(0, first * frame - margin)
+    end = min(len(mono), (last + 1) * frame + margin)
+    trimmed = mono[start:end].astype(np.float32)
+    voiced_rms = rms[first : last + 1]
+    voiced_rms = voiced_rms[voiced_rms > threshold]
+    speech_rms = float(np.sqrt(np.mean(np.square(voiced_rms))))
+    gain_db = TARGET_RMS_DBFS - _db(speech_rms)
+    peak = float(np.max(np.abs(trimmed)))
+    gain_db = min(gain_db, PEAK_CEILING_DBFS - _db(peak))
+    stored = Audio(trimmed * np.float32(_gain(gain_db)), CLONE_SAMPLE_RATE)
+    report = ClipReport(
+        source_duration_s=audio.duration_s,
+        source_sample_rate=audio.sample_rate,
+        source_channels=audio.channels,
+        speech_s=round(speech_s, 2),
+        stored_duration_s=round(stored.duration_s, 2),
+        speech_rms_dbfs=round(_db(speech_rms) + gain_db, 1),
+        gain_db=round(gain_db, 1),
+    )
+    return stored, report
+
+
+# -- the store --------------------------------------------------------------------------------
+@dataclass
+class Sample:
+    """One WAV in a voice's bin."""
+
+    name: str
+    path: Path
+    duration_s: float | None = None
+    sample_rate: int | None = None
+
+
+@dataclass
+class Voice:
+    """A directory in the voice store, as found on disk."""
+
+    name: str
+    path: Path
+    samples: list[Sample] = field(default_factory=list)
+    #: The active sample's name (what default.wav is or points to), None if there is none.
+    default: str | None = None
+    description: str | None = None
+    persona: str | None = None
+    #: Why this voice cannot speak (None when it can): no samples, several and no default, ...
+    problem: str | None = None
+
+    def reference(self) -> Path:
+        """The clip to clone: `default.wav` (or the only sample). Raises `UsageError` (exit 2)
+        when the directory is not usable, with the fix."""
+        if self.problem:
+            raise UsageError(f"voice {self.name!r}: {self.problem}")
+        default = self.path / DEFAULT_FILE
+        if default.exists():
+            return default
+        return self.samples[0].path
+
+    def to_dict(self) -> dict[str, object]:
+        """The voice as JSON-ready data (`vocal voices list --json`)."""
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "default": self.default,
+            "samples": [
+                {
+                    "name": s.name,
+                    "file": s.path.name,
+                    "duration_s": s.duration_s,
+                    "sample_rate": s.sample_rate,
+                }
+                for s in self.samples
+            ],
+            "description": self.description,
+            "persona": self.persona is not None,
+            "problem": self.problem,
+        }
+
+
+def _read_sample(path: Path) -> Sample:
+    try:
+        audio = read_wav(path)
+        return Sample(path.stem, path, round(audio.duration_s, 2), audio.sample_rate)
+    except UsageError:
+        return Sample(path.stem, path)
+
+
+class VoiceStore:
+    """The voices under one directory (`settings.voices_dir`)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> VoiceStore:
+        """The store in `settings.voices_dir` (`VOCAL_VOICES_DIR` or `<home>/voices`)."""
+        return cls(settings.voices_dir)
+
+    def path(self, name: str) -> Path:
+        """Where voice `name` lives (the name is validated first)."""
+        return self.root / validate_voice_name(name)
+
+    def exists(self, name: str) -> bool:
+        """True when `name` is a valid voice name with a directory in the store."""
+        return is_voice_name(name) and (self.root / name).is_dir()
+
+    def names(self) -> list[str]:
+        """The voice directories, sorted; hidden ones (a failed add's leftovers) are skipped."""
+        if not self.root.is_dir():
+            return []
+        return sorted(
+            p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")
+        )
+
+    def voices(self) -> list[Voice]:
+        """Every stored voice, problems included."""
+        return [self.load(name) for name in self.names()]
+
+    def get(self, name: str) -> Voice:
+        """The stored voice `name`, or a `UsageError` (exit 2) listing the ones there are."""
+        validate_voice_name(name)
+        if not (self.root / name).is_dir():
+            known = self.names()
+            hint = (
+                f"stored voices: {', '.join(known)}"
+                if known
+                else "add one with `vocal voices add NAME FILE`"
+            )
+            raise UsageError(f"no voice named {name!r} in {self.root}", hint=hint)
+        return self.load(name)
+
+    def load(self, name: str) -> Voice:
+        """Read a voice directory as it is, problems included."""
+        path = self.root / name
+        voice = Voice(name=name, path=path)
+        wavs = sorted(
+            p
+            for p in path.iterdir()
+            if p.suffix.lower() == ".wav" and not p.name.startswith(".") and p.name != DEFAULT_FILE
+        )
+        default = path / DEFAULT_FILE
+        voice.samples = [_read_sample(p) for p in wavs]
+        if default.is_symlink():
+            target = Path(os.readlink(default))
+            if not default.exists():
+                voice.problem = f"default.wav points to {target}, which does not exist"
+            else:
+                voice.default = target.stem
+                if target.parent == Path(".") and not any(
+                    s.path.name == target.name for s in voice.samples
+                ):
+                    voice.samples.append(_read_sample(path / target.name))
+        elif default.is_file():
+            voice.samples.insert(0, _read_sample(default))
+            voice.default = "default"
+        elif len(wavs) == 1:
+            voice.default = wavs[0].stem
+        elif wavs:
+            names = ", ".join(s.name for s in voice.samples)
+            voice.problem = (
+                f"{len(wavs)} samples ({names}) and no default.wav: pick one with "
+                f"`vocal voices use {name} SAMPLE`"
+            )
+        else:
+            voice.problem = f"no samples: add one with `vocal voices add {name} FILE --force`"
+        if voice.problem is None:
+            active = next((s for s in voice.samples if s.name == voice.default), None)
+            if active is not None and active.duration_s is None:
+                voice.problem = f"{active.path.name} is not a readable WAV file"
+        description = path / DESCRIPTION_FILE
+        if description.is_file():
+            text = description.read_text(encoding="utf-8", errors="replace").strip()
+            voice.description = " ".join(text.split()) or None
+        persona = path / PERSONA_FILE
+        if persona.is_file():
+            voice.persona = persona.read_text(encoding="utf-8", errors="replace")
+        return voice
+
+    # -- changes -------------------------------------------------------------------------
+    def add(
+        self,
+        name: str,
+        clip: Path,
+        *,
+        description: str | None = None,
+        persona: Path | None = None,
+        force: bool = False,
+    ) -> tuple[Voice, ClipReport]:
+        """Validate and store `clip` as voice `name` (replacing it with `force`).
+
+        The voice is built in a hidden directory and moved into place, so a failed or
+        interrupted add leaves the store as it was.
+        """
+        validate_voice_name(name)
+        target = self.root / name
+        if target.exists() and not force:
+            raise UsageError(
+                f"a voice named {name!r} already exists",
+                hint="pass --force to replace it, or choose another name",
+            )
+        persona_text = _read_persona(persona) if persona is not None else None
+        audio, report = prepare_clip(read_clip(Path(clip)), name=str(clip))
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".add-{name}-", dir=self.root))
+        try:
+            sample = f"{sample_name_for(Path(clip))}.wav"
+            write_wav(staging / sample, audio)
+            _link_default(staging, sample)
+            if description is not None and description.strip():
+                (staging / DESCRIPTION_FILE).write_text(
+                    " ".join(description.split()) + "\n", encoding="utf-8"
+                )
+            if persona_text is not None:
+                (staging / PERSONA_FILE).write_text(persona_text, encoding="utf-8")
+            os.chmod(staging, 0o755 & ~_umask())  # mkdtemp makes 0700
+            if target.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".old-{name}-", dir=self.root))
+                os.replace(target, old / name)
+                os.replace(staging, target)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(staging, target)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return self.load(name), report
+
+    def use(self, name: str, sample: str) -> Voice:
+        """Point `default.wav` at `sample` (a WAV in the voice's directory; `.wav` optional),
+        after checking the sample is a usable reference clip."""
+        voice = self.get(name)
+        stem = sample[:-4] if sample.lower().endswith(".wav") else sample
+        found = next((s for s in voice.samples if s.name == stem), None)
+        if found is None or not is_voice_name(stem):
+            names = ", ".join(s.name for s in voice.samples) or "none"
+            raise UsageError(f"voice {name!r} has no sample {sample!r}", hint=f"samples: {names}")
+        prepare_clip(read_clip(found.path), name=found.path.name)  # refuse a bad take
+        default = voice.path / DEFAULT_FILE
+        target_name = found.path.name
+        if default.is_file() and not default.is_symlink():
+            if stem == "default":
+                return self.load(name)
+            # A hand-made default.wav is a take of its own: keep it in the bin under a free name.
+            keep = _free_name(voice.path, "previous-default")
+            os.replace(default, voice.path / keep)
+        _link_default(voice.path, target_name)
+        return self.load(name)
+
+    def remove(self, name: str) -> Path:
+        """Delete voice `name` and everything in its directory; returns the path removed."""
+        voice = self.get(name)
+        shutil.rmtree(voice.path)
+        return voice.path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _free_name(directory: Path, stem: str) -> str:
+    candidate, n = f"{stem}.wav", 1
+    while (directory / candidate).exists():
+        n += 1
+        candidate = f"{stem}-{n}.wav"
+    return candidate
+
+
+def _link_default(directory: Path, sample_file: str) -> None:
+    """Make `default.wav` a relative symlink to `sample_file`, replacing any old link at once."""
+    link = directory / DEFAULT_FILE
+    tmp = directory / f".default-{os.getpid()}.wav"
+    tmp.unlink(missing_ok=True)
+    try:
+        os.symlink(sample_file, tmp)
+    except OSError:
+        # No symlinks (some Windows set-ups): a copy is the next best thing.
+        shutil.copyfile(directory / sample_file, tmp)
+    os.replace(tmp, link)
+
+
+def _read_persona(path: Path) -> str:
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a directory, not a persona file") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+    if len(data) > PERSONA_MAX_BYTES:
+        raise UsageError(f"{path} is {len(data)} bytes; a persona is notes, at most 64 KB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{path} is not UTF-8 text") from None
+
+
+# -- which engine speaks a --voice ------------------------------------------------------------
+def check_cloning_available(settings: Settings, voice: str | None = None) -> None:
+    """Raise `EngineError` (exit 5) naming every missing Chatterbox file and how to get them."""
+    from vocal.tts.chatterbox import find_weights
+
+    find_weights(settings, voice=voice)
+
+
+def resolve_voice(
+    name: str | None,
+    settings: Settings,
+    *,
+    engine: str | None = None,
+    check: bool = True,
+) -> tuple[str, str | None]:
+    """The engine and voice that speak `--voice NAME`.
+
+    - A stored voice: ("chatterbox", path of its reference clip). With `check`, the cloning
+      weights must be present: otherwise an `EngineError` (exit 5) says exactly which files are
+      missing and how to get them, instead of speaking in another voice.
+    - Any other name (an espeak or hibari voice, ...) or None: (engine or settings.tts_engine,
+      name) for that engine to accept or refuse as one of its built-in voices.
+
+    `name` None falls back to `settings.voice`. `engine` is an explicit `--engine`: asking a
+    non-cloning engine for a stored voice is a `UsageError`, not a silent switch.
+    """
+    name = name if name is not None else settings.voice
+    found = stored_voice(name, settings, engine=engine, check=check)
+    if found is not None:
+        return found
+    return (engine or settings.tts_engine), name
+
+
+def stored_voice(
+    name: str | None,
+    settings: Settings,
+    *,
+    engine: str | None = None,
+    check: bool = True,
+) -> tuple[str, str] | None:
+    """("chatterbox", reference clip path) when `name` is a stored voice, else None.
+
+    The first step of any voice resolution (`resolve_voice`, or an engine search of one's own):
+    stored voices win over engines' built-in voices of the same name. Raises like
+    `resolve_voice` for a stored voice that cannot speak.
+    """
+    store = VoiceStore.from_settings(settings)
+    if name is None or not store.exists(name):
+        return None
+    if engine is not None and engine != CLONING_ENGINE:
+        raise UsageError(
+            f"{name!r} is a cloned voice, which only the {CLONING_ENGINE} engine speaks",
+            hint=f"drop --engine {engine}, or use --engine {CLONING_ENGINE}",
+        )
+    reference = store.get(name).reference()
+    if check:
+        check_cloning_available(settings, voice=name)
+    return CLONING_ENGINE, str(reference)
+
+
+def voices_json(voices: list[Voice]) -> str:
+    """`vocal voices list --json`: an array of `Voice.to_dict()`."""
+    return json.dumps([v.to_dict() for v in voices], indent=2)
+
+
+__all__ = [
+    "CLONING_ENGINE",
+    "ClipError",
+    "ClipReport",
+    "Sample",
+    "Voice",
+    "VoiceStore",
+    "check_cloning_available",
+    "is_voice_name",
+    "prepare_clip",
+    "read_clip",
+    "resolve_voice",
+    "sample_name_for",
+    "stored_voice",
+    "validate_voice_name",
+    "voices_json",
+]
