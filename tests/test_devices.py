@@ -200,3 +200,24 @@ def test_no_sound_server_is_exit_5_not_a_traceback(tmp_path: Path) -> None:
         assert result.returncode == 5, result.stderr
         assert b"Traceback" not in result.stderr
         assert result.stderr.decode().startswith("vocal: error: ")
+
+
+def test_flush_drops_what_is_queued_and_keeps_the_stream_running() -> None:
+    first, second = noise(2.0, seed=5), noise(0.3, seed=6)
+    with Recorder() as rec:
+        player = Player(SAMPLE_RATE).open()
+        player.play(first)
+        time.sleep(0.5)
+        dropped = player.flush()
+        assert 0.8 * SAMPLE_RATE < dropped < 1.6 * SAMPLE_RATE
+        assert player.consumed_frames + dropped >= len(first) - 1
+        player.play(second)  # the same stream plays on after a flush
+        player.finish()
+        assert player.wait(5)
+        player.close()
+        recorded, _ = rec.stop()
+    assert player.consumed_frames == len(first) + len(second)
+    lag = align(recorded, second)
+    assert np.corrcoef(recorded[lag : lag + len(second)], second)[0, 1] > 0.99
+    loud_s = np.count_nonzero(np.abs(recorded) > 0.01) / SAMPLE_RATE
+    assert loud_s < 1.3, "the flushed audio was played anyway"

@@ -53,6 +53,36 @@ class Settings:
     conch_lock_expiry_s: float = field(default=120.0, metadata=_env("VOCAL_CONCH_LOCK_EXPIRY"))
     conch_timeout_s: float = field(default=300.0, metadata=_env("VOCAL_CONCH_TIMEOUT"))
     history_size: int = 8
+    # The conch (issue 6): "wait" blocks for the floor, "callback" returns at once (exit 3).
+    conch_mode: str = "wait"
+    # A waiter with no process (callback mode, remote agents) keeps its place this long.
+    conch_remote_ttl_s: float = field(default=90.0, metadata=_env("VOCAL_CONCH_REMOTE_TTL"))
+    # Who is speaking: an agent sets these once in its environment.
+    session: str | None = None
+    agent: str | None = None
+    # Cloned voices (issue 5, Chatterbox ONNX). chatterbox_dir: a local directory holding the
+    # weights (default: downloaded into cache_dir); chatterbox_providers: a comma-separated
+    # execution-provider ladder, best first (default: the GPU providers onnxruntime offers, CPU).
+    chatterbox_dir: Path | None = None
+    chatterbox_repo: str = "onnx-community/chatterbox-ONNX"
+    chatterbox_providers: str | None = None
+    # Speaking (issue 4). tts_cache_dir: engines' derived files (hibari's optimized model and G2P
+    # tables), default <cache_dir>/tts. HTTP engines: keys come from OPENAI_API_KEY and
+    # ELEVENLABS_API_KEY; tts_http_timeout_s bounds connecting and each read.
+    tts_cache_dir: Path | None = None
+    tts_http_timeout_s: float = field(default=20.0, metadata=_env("VOCAL_TTS_HTTP_TIMEOUT"))
+    openai_base_url: str = "https://api.openai.com/v1"
+    openai_tts_model: str = "gpt-4o-mini-tts"
+    elevenlabs_base_url: str = "https://api.elevenlabs.io"
+    elevenlabs_model: str = "eleven_flash_v2_5"
+    piper_voices_dir: Path | None = None
+    # Echo cancellation and barge-in (issue 7). aec: "auto" (off only on headphones the
+    # platform reports, vocal.headphones), "on" or "off". Barge-in needs AEC; the detector's
+    # thresholds and windows default to vocal.bargein.BargeInOptions (measured, benchmarks/aec).
+    aec: str = "auto"
+    barge_in: bool = True
+    barge_in_chunks: int = 3
+    barge_in_threshold: float = 0.5
 
     # -- the state directory's layout --------------------------------------------------------
     @property

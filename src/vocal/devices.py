@@ -209,6 +209,9 @@ class Player:
         self._queued_frames = 0
         self._consumed = 0
         self._last_sample_dac_s = 0.0
+        self._flush_requested = False
+        self._flush_dropped = 0
+        self._flushed = threading.Event()
         self._finishing = False
         self._stopped = False
         self._paused = False
@@ -300,6 +303,37 @@ class Player:
         return self.reference.total_frames
 
     @property
+    def consumed_frames(self) -> int:
+        """Frames of queued audio sent to the device so far (silence not counted): frame i of
+        everything passed to `play()` has been sent once this exceeds i."""
+        return self._consumed
+
+    def flush(self, timeout_s: float = 0.5) -> int:
+        """Drop everything queued but not yet sent, keep the stream running (silence), and
+        return how many frames were dropped; they count as consumed.
+
+        The audio callback does the dropping at its next block, so it never races with the
+        callback's own reads; with no stream running it happens here.
+        """
+        if self._stream is None or self._done.is_set():
+            return self._drop_pending()
+        self._flushed.clear()
+        self._flush_requested = True
+        if not self._flushed.wait(timeout_s):
+            raise DeviceError("the audio output stopped calling back while flushing")
+        return self._flush_dropped
+
+    def _drop_pending(self) -> int:
+        dropped = 0
+        if self._current is not None:
+            dropped += self._current.shape[0] - self._offset
+            self._current = None
+        while self._chunks:
+            dropped += self._chunks.popleft().shape[0]
+        self._consumed += dropped
+        return dropped
+
+    @property
     def pending_frames(self) -> int:
         """Frames queued but not yet sent to the device."""
         return max(0, self._queued_frames - self._consumed)
@@ -312,6 +346,10 @@ class Player:
             self.underflows += 1
         out = outdata[:, 0]
         filled = 0
+        if self._flush_requested:
+            self._flush_dropped = self._drop_pending()
+            self._flush_requested = False
+            self._flushed.set()
         if not self._stopped and not self._paused:
             while filled < frames:
                 if self._current is None:

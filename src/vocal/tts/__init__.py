@@ -2,16 +2,22 @@
 
 An engine turns one sentence into mono float32 samples at its `sample_rate`. The caller splits
 text into sentences and synthesizes the next while the current one plays (vocal.speech).
-Engines are listed in `ENGINES` as "module:Class" strings and imported on demand.
+Engines are listed in `ENGINES` as "module:Class" strings and imported on demand, so naming one
+costs nothing until it speaks (STYLE.md: fast start).
+
+Voices: every engine has built-in voices (`voice_names(engine)`); `None` is the engine's
+default. An unknown voice is a `UsageError` (exit 2) that lists the known ones; a missing engine
+(binary, package or platform) is an `EngineError` (exit 5) that says how to install it.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, ClassVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from vocal.errors import EngineError
+from vocal.errors import EngineError, UsageError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -19,20 +25,46 @@ if TYPE_CHECKING:
 #: name -> "module:Class"; the class takes (voice: str | None = None, **options).
 ENGINES: dict[str, str] = {
     "hibari": "vocal.tts.hibari:HibariEngine",
+    "espeak-ng": "vocal.tts.espeak:EspeakEngine",
+    "say": "vocal.tts.say:SayEngine",
+    "piper": "vocal.tts.piper:PiperEngine",
+    "openai": "vocal.tts.http:OpenAiEngine",
+    "elevenlabs": "vocal.tts.http:ElevenLabsEngine",
+    "chatterbox": "vocal.tts.chatterbox:ChatterboxEngine",
 }
+#: Other names people type for an engine.
+ALIASES: dict[str, str] = {"espeak": "espeak-ng", "macos": "say", "eleven": "elevenlabs"}
 #: What to install when an engine is missing.
 INSTALL_HINTS: dict[str, str] = {
     "hibari": "pip install hibari-tts",
+    "espeak-ng": "install espeak-ng: `sudo apt-get install espeak-ng` on Debian/Ubuntu, "
+    "`brew install espeak-ng` on macOS",
+    "say": "`say` comes with macOS; on other systems use --engine hibari or espeak-ng",
+    "piper": "pip install 'vocal[piper]' and put a voice (NAME.onnx + NAME.onnx.json) in "
+    "~/.vocal/piper, e.g. `python -m piper.download_voices en_US-lessac-medium "
+    "--data-dir ~/.vocal/piper`",
+    "openai": "set OPENAI_API_KEY (and VOCAL_OPENAI_BASE_URL for another compatible server)",
+    "elevenlabs": "set ELEVENLABS_API_KEY",
+    "chatterbox": "pip install 'vocal[chatterbox]', then `vocal setup --engine chatterbox`",
 }
 
 
 class TtsEngine:
-    """Base of every synthesis engine: subclasses implement `synthesize` for one sentence."""
+    """Base of every synthesis engine: subclasses implement `synthesize` for one sentence.
+
+    Constructing an engine loads what it needs (model, binary check, API key) and raises
+    `EngineError` when it cannot, or `UsageError` for a voice it does not have; `synthesize` may
+    still raise `EngineError` (a server that went away). Constructors take `voice` and keyword
+    options; the speech layer passes `settings=` (vocal's Settings) to every engine, so each
+    accepts and ignores options meant for others. Engines are used from one thread at a time.
+    """
 
     name: ClassVar[str] = ""
     sample_rate: int = 24_000
     #: False for engines that can only read English: lines with no Latin letter are skipped.
     multilingual: ClassVar[bool] = False
+    #: The voice in use (None: the engine's default).
+    voice: str | None = None
 
     def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:
         """Mono float32 samples at `sample_rate` for one sentence."""
@@ -43,17 +75,76 @@ class TtsEngine:
         for sentence in sentences:
             yield self.synthesize(sentence, speed=speed)
 
+    @property
+    def english_only(self) -> bool:
+        """True when lines with no Latin letter should be skipped rather than read."""
+        return not self.multilingual
 
-def load_tts(name: str = "hibari", voice: str | None = None, **options: object) -> TtsEngine:
-    """Import and construct engine `name` for `voice` (None: the engine's default voice)."""
-    target = ENGINES.get(name)
-    if target is None:
-        raise EngineError(f"unknown speech engine {name!r}", hint=f"one of {', '.join(ENGINES)}")
-    module_name, class_name = target.split(":")
+    @classmethod
+    def voice_names(cls, **options: Any) -> list[str]:
+        """The engine's built-in voices, default first ([] when they cannot be listed)."""
+        return []
+
+    def close(self) -> None:
+        """Release what the engine holds; called once the last sentence is synthesized."""
+
+
+def tts_cache_dir(settings: Any) -> Path:
+    """Where engines keep derived files: `settings.tts_cache_dir` or <cache_dir>/tts."""
+    return Path(settings.tts_cache_dir) if settings.tts_cache_dir else settings.cache_dir / "tts"
+
+
+def canonical_name(name: str) -> str:
+    """The registry name for `name` or one of its aliases; raises UsageError for unknown ones."""
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in ENGINES:
+        raise UsageError(f"unknown speech engine {name!r}", hint=f"one of {', '.join(ENGINES)}")
+    return key
+
+
+def engine_class(name: str) -> type[TtsEngine]:
+    """Import engine `name`'s class; a missing dependency is an EngineError naming the fix."""
+    name = canonical_name(name)
+    module_name, class_name = ENGINES[name].split(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise EngineError(
             f"the {name} speech engine is not installed ({exc})", hint=INSTALL_HINTS.get(name)
         ) from None
-    return getattr(module, class_name)(voice=voice, **options)
+    return getattr(module, class_name)
+
+
+def voice_names(name: str, **options: Any) -> list[str]:
+    """Built-in voices of engine `name` ([] when the engine is missing)."""
+    try:
+        return engine_class(name).voice_names(**options)
+    except EngineError:
+        return []
+
+
+def load_tts(name: str = "hibari", voice: str | None = None, **options: Any) -> TtsEngine:
+    """Import and construct engine `name` for `voice` (None: the engine's default voice)."""
+    return engine_class(name)(voice=voice, **options)
+
+
+def unknown_voice(engine: str, voice: str, known: list[str]) -> UsageError:
+    """The error for a voice an engine does not have, listing a few it does."""
+    shown = ", ".join(known[:12]) + (", ..." if len(known) > 12 else "")
+    hint = f"{engine} voices: {shown}" if known else None
+    return UsageError(f"unknown voice {voice!r} for the {engine} engine", hint=hint)
+
+
+__all__ = [
+    "ENGINES",
+    "ALIASES",
+    "INSTALL_HINTS",
+    "TtsEngine",
+    "canonical_name",
+    "engine_class",
+    "load_tts",
+    "tts_cache_dir",
+    "unknown_voice",
+    "voice_names",
+]

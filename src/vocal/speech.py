@@ -1,0 +1,905 @@
+"""The speaking pipeline: text -> sentences -> synthesis -> speech check -> owned output.
+
+`Speech` synthesizes sentence i+1 in a worker thread while sentence i plays, so a long reply
+starts after one sentence's synthesis and never pauses between sentences when synthesis is
+faster than real time. It is a library (no Typer): `vocal speak` wraps it thinly and
+`vocal converse` reuses it, wrapped in a turn (conch, control socket, history).
+
+Threads: a *worker* loads the engine (the caller passes a loader so that loading overlaps
+opening the audio device) and synthesizes into a small queue; a *feeder* hands each sentence
+to the output once the one before it has started playing, so the output holds at most the
+sentence playing and the next (skip can then drop them cleanly). `stop()` is the kill handle:
+any thread (a control socket, barge-in, Ctrl-C) may call it; sound stops within one output
+block. `pause()`, `resume()`, `skip_forward()` and `skip_back()` are the other control hooks.
+
+Boundaries: every played sentence records the frame of the output's reference buffer where its
+first sample went out (`SentenceRecord.start_frame`), measured in the audio callback, so
+history, skip and barge-in can line up text, reference and microphone exactly.
+
+The speech check: each synthesized sentence must have a loud-enough peak and quiet pauses
+(speech has them; noise and hum have none). One that fails is reported on stderr, not played.
+"""
+
+from __future__ import annotations
+
+import collections
+import importlib
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vocal.errors import EngineError, UsageError, VocalError
+from vocal.text import clean_text, extract_quotes, speakable_lines, split_sentences
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from vocal.config import Settings
+    from vocal.tts import TtsEngine
+
+#: Sentences synthesized ahead of the feeder: enough to hide one slow sentence, few enough that
+#: a stop wastes little synthesis.
+LOOKAHEAD_SENTENCES = 2
+#: The speech check. Peak: engines normalize to -6..-1 dBFS; 0.02 (-34 dBFS) is a broken voice.
+MIN_PEAK = 0.02
+#: Quiet pauses: the 10th percentile of 20 ms frame levels must sit 20 dB (x0.1) under the
+#: 95th. Measured ratios: hibari, espeak-ng and piper speech 0.0-0.003 (one-word sentences
+#: included); white noise 0.91; a 440 Hz tone 0.98.
+MAX_QUIET_TO_LOUD = 0.1
+_CHECK_FRAME_S = 0.02
+_POLL_S = 0.005
+
+Report = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(f"vocal: {message}", file=sys.stderr, flush=True)
+
+
+# -- text to utterances -------------------------------------------------------------------------
+def utterances_of(text: str, *, quotes: bool = False) -> list[str]:
+    """The utterances to speak: the whole text as one, or (`quotes`) each blockquote paragraph."""
+    if quotes:
+        return [q for q in extract_quotes(text) if q.strip()]
+    return [text] if text.strip() else []
+
+
+def sentences_of(utterance: str, *, english_only: bool) -> list[str]:
+    """Clean `utterance` (markdown, code, URLs, emoji) and split it into sentences."""
+    return split_sentences(clean_text(utterance, english_only=english_only))
+
+
+#: A first sentence at least this long is spoken in two pieces when it has a clause break:
+#: synthesis time grows with length (hibari: 21 ms for "Hello there," against 55 ms for
+#: "Hello there, I have finished the refactoring."), and the first piece is what the listener
+#: waits for. The comma's pause is in the speech anyway.
+FIRST_PIECE_MIN_CHARS = 40
+
+
+def split_first_clause(sentence: str) -> list[str]:
+    """`sentence` as [head, rest] at its first clause break (after 2+ words, within the first
+    60 %), or [sentence] when it is short or has no such break."""
+    if len(sentence) < FIRST_PIECE_MIN_CHARS:
+        return [sentence]
+    for index, char in enumerate(sentence[: int(len(sentence) * 0.6)]):
+        if char in ",;:" and index + 1 < len(sentence) and sentence[index + 1] == " ":
+            head, rest = sentence[: index + 1].strip(), sentence[index + 1 :].strip()
+            if len(head.split()) >= 2 and rest:
+                return [head, rest]
+    return [sentence]
+
+
+def has_speakable_text(text: str, *, quotes: bool = False) -> bool:
+    """True if any utterance of `text` has a line worth speaking (in any script)."""
+    return any(speakable_lines(u, english_only=False) for u in utterances_of(text, quotes=quotes))
+
+
+# -- the speech check ----------------------------------------------------------------------------
+def check_speech(samples: np.ndarray, sample_rate: int) -> str | None:
+    """Why `samples` is not speech (a short reason), or None when it passes."""
+    import numpy as np
+
+    if samples.size == 0:
+        return "no audio"
+    if not np.all(np.isfinite(samples)):
+        return "samples are not finite numbers"
+    peak = float(np.max(np.abs(samples)))
+    if peak < MIN_PEAK:
+        return f"too quiet (peak {peak:.4f})"
+    frame = max(1, round(_CHECK_FRAME_S * sample_rate))
+    count = samples.size // frame
+    if count < 5:
+        return "too short to be speech"
+    levels = np.sqrt(np.mean(np.square(samples[: count * frame].reshape(count, frame)), axis=1))
+    loud = float(np.percentile(levels, 95))
+    quiet = float(np.percentile(levels, 10))
+    if loud <= 0 or quiet > loud * MAX_QUIET_TO_LOUD:
+        return f"no quiet pauses (noise or a tone: quiet/loud {quiet / max(loud, 1e-12):.2f})"
+    return None
+
+
+# -- the output and its boundaries -------------------------------------------------------------
+def _consumed_frames(player: Any) -> int:
+    """Frames of queued audio the player has sent to the device (not counting silence)."""
+    consumed = getattr(player, "consumed_frames", None)
+    if consumed is None:  # vocal.devices.Player before it exposes consumed_frames
+        consumed = player._consumed
+    return int(consumed)
+
+
+class FrameTracker:
+    """Maps positions in an output's queue to frames of its reference buffer.
+
+    Runs in the audio callback as the Player's `on_block` hook (after the block was written to
+    the reference): a mark at queue frame q resolves to the reference frame where that sample
+    went out, and to the time of that callback. Allocation-free apart from the resolved entries;
+    no locks (deque appends and pops are atomic).
+    """
+
+    def __init__(self, chained: Callable[[np.ndarray], None] | None = None) -> None:
+        self.player: Any = None
+        self._chained = chained
+        self._marks: collections.deque[tuple[object, int]] = collections.deque()
+        self.resolved: dict[object, tuple[int, float]] = {}
+        self._last_consumed = 0
+
+    def mark(self, key: object, queue_frame: int) -> None:
+        """Resolve `key` when the sample at `queue_frame` of the queue is played (again, for a
+        key marked before: a sentence queued anew after a skip)."""
+        self.resolved.pop(key, None)
+        self._marks.append((key, queue_frame))
+
+    def forget(self) -> None:
+        """Drop unresolved marks (their audio was flushed) and resynchronize with the player."""
+        self._marks.clear()
+        if self.player is not None:
+            self._last_consumed = _consumed_frames(self.player)
+
+    def on_block(self, block: np.ndarray) -> None:
+        player = self.player
+        if player is not None:
+            consumed = _consumed_frames(player)
+            if consumed > self._last_consumed and self._marks:
+                block_start = player.reference.total_frames - block.shape[0]
+                now = time.monotonic()
+                while self._marks and self._marks[0][1] < consumed:
+                    key, queue_frame = self._marks.popleft()
+                    offset = max(0, queue_frame - self._last_consumed)
+                    self.resolved[key] = (block_start + offset, now)
+            self._last_consumed = consumed
+        if self._chained is not None:
+            self._chained(block)
+
+
+def open_speech_output(
+    sample_rate: int,
+    *,
+    output: str | Path | None = None,
+    device: str | int | None = None,
+    volume: float = 1.0,
+    on_block: Callable[[np.ndarray], None] | None = None,
+) -> Any:
+    """An opened output for `Speech`: a WAV file (`output`) or a Player with a FrameTracker.
+
+    `on_block` (AEC's reverse stream in `converse`) still sees every block the Player plays.
+    """
+    from vocal.devices import Player, WavSink
+
+    if output is not None:
+        return WavSink(output, sample_rate, volume=volume).open()
+    tracker = FrameTracker(on_block)
+    player = Player(sample_rate, device=device, volume=volume, on_block=tracker.on_block)
+    tracker.player = player
+    player.frame_tracker = tracker
+    return player.open()
+
+
+def flush_output(output: Any, *, resume: bool = True) -> int:
+    """Drop what the output has queued but not played, keeping its stream (and reference)
+    running; returns the frames dropped. With `resume=False` a Player is left paused, so the
+    caller can queue new audio before it plays on (a finishing Player would otherwise end).
+    """
+    if not hasattr(output, "_chunks"):  # a WavSink: everything is "played" at once
+        return 0
+    # vocal.devices.Player has no flush() yet: pause so the callback stops touching the queue,
+    # wait out one callback, drop the queue, count the dropped frames as consumed, resume.
+    was_paused = output.paused
+    output.pause()
+    if hasattr(output, "flush"):
+        dropped = int(output.flush())
+    else:
+        time.sleep(2 * output.block_frames / output.sample_rate + 0.005)
+        dropped = 0
+        if output._current is not None:
+            dropped += output._current.shape[0] - output._offset
+            output._current = None
+        while output._chunks:
+            dropped += output._chunks.popleft().shape[0]
+        output._consumed += dropped
+    if resume and not was_paused:
+        output.resume()
+    return dropped
+
+
+# -- results -------------------------------------------------------------------------------------
+@dataclass
+class SentenceRecord:
+    """One sentence: its text, synthesis times and where it went in the output."""
+
+    index: int
+    utterance: int
+    text: str
+    synth_started_at_s: float | None = None
+    synth_done_at_s: float | None = None
+    frames: int = 0  # at the output's rate
+    start_frame: int | None = None  # in the output's reference buffer; None: not played
+    started_at_s: float | None = None  # time.monotonic() of the callback that played it first
+    failed_check: str | None = None
+    played: bool = False
+
+    @property
+    def synth_s(self) -> float:
+        if self.synth_started_at_s is None or self.synth_done_at_s is None:
+            return 0.0
+        return self.synth_done_at_s - self.synth_started_at_s
+
+    def to_dict(self, sample_rate: int) -> dict[str, Any]:
+        return {
+            "index": self.index, "utterance": self.utterance, "text": self.text,
+            "synth_ms": round(self.synth_s * 1000, 1),
+            "audio_s": round(self.frames / sample_rate, 3),
+            "start_frame": self.start_frame, "played": self.played,
+            "failed_check": self.failed_check,
+        }  # fmt: skip
+
+
+@dataclass
+class SpeechResult:
+    """What was spoken, how fast, and whether it was stopped."""
+
+    engine: str
+    voice: str | None
+    sample_rate: int
+    sentences: list[SentenceRecord] = field(default_factory=list)
+    started_at_s: float = 0.0  # time.monotonic() when the text was known
+    engine_ready_at_s: float | None = None
+    first_audio_at_s: float | None = None
+    finished_at_s: float | None = None
+    stopped: bool = False
+
+    @property
+    def played(self) -> list[SentenceRecord]:
+        return [s for s in self.sentences if s.played]
+
+    @property
+    def failed(self) -> list[SentenceRecord]:
+        return [s for s in self.sentences if s.failed_check]
+
+    @property
+    def audio_s(self) -> float:
+        return sum(s.frames for s in self.sentences if s.synth_done_at_s) / self.sample_rate
+
+    @property
+    def synth_s(self) -> float:
+        return sum(s.synth_s for s in self.sentences)
+
+    @property
+    def real_time_factor(self) -> float | None:
+        """Synthesis time over audio time (lower is faster; under 1 keeps up with playback)."""
+        return self.synth_s / self.audio_s if self.audio_s else None
+
+    @property
+    def first_audio_ms(self) -> float | None:
+        """From the text being known to the first sample going to the output."""
+        if self.first_audio_at_s is None:
+            return None
+        return (self.first_audio_at_s - self.started_at_s) * 1000
+
+    def gaps_ms(self) -> list[float]:
+        """Silence inserted between consecutive played sentences (from the reference)."""
+        played = [s for s in self.played if s.start_frame is not None]
+        return [
+            (b.start_frame - (a.start_frame + a.frames)) * 1000 / self.sample_rate
+            for a, b in zip(played, played[1:], strict=False)
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        rtf = self.real_time_factor
+        return {
+            "engine": self.engine,
+            "voice": self.voice,
+            "sample_rate": self.sample_rate,
+            "sentences": len(self.sentences),
+            "spoken": len(self.played),
+            "failed": len(self.failed),
+            "stopped": self.stopped,
+            "audio_s": round(self.audio_s, 3),
+            "synth_s": round(self.synth_s, 3),
+            "real_time_factor": round(rtf, 4) if rtf is not None else None,
+            "first_audio_ms": round(self.first_audio_ms, 1) if self.first_audio_ms else None,
+            "engine_ready_ms": round((self.engine_ready_at_s - self.started_at_s) * 1000, 1)
+            if self.engine_ready_at_s
+            else None,
+            "max_gap_ms": round(max(self.gaps_ms()), 1) if self.gaps_ms() else None,
+            "timestamps": {
+                "text_known": self.started_at_s,
+                "first_audio": self.first_audio_at_s,
+                "finished": self.finished_at_s,
+            },
+            "detail": [s.to_dict(self.sample_rate) for s in self.sentences],
+        }
+
+
+# -- the pipeline --------------------------------------------------------------------------------
+_DONE = object()
+
+
+@dataclass
+class _Ready:
+    record: SentenceRecord
+    samples: np.ndarray
+
+
+class Speech:
+    """Speak utterances through an engine into an output, sentence by sentence.
+
+    Args:
+        engine: a loaded `TtsEngine`, or a callable returning one (called in the worker thread,
+            so loading overlaps whatever the caller does meanwhile, such as opening the output).
+        utterances: texts to speak in order (markdown is cleaned per the engine's language).
+        engine_name: for results, when `engine` is a loader.
+        speed: 1.0 is the engine's normal pace.
+        check: run the speech check on every sentence.
+        report: where warnings go (default: stderr).
+        keep_audio: keep each played sentence's samples (for history and skip-back).
+        started_at_s: time.monotonic() when the text was known (default: now).
+    """
+
+    def __init__(
+        self,
+        engine: TtsEngine | Callable[[], TtsEngine],
+        utterances: Sequence[str],
+        *,
+        engine_name: str = "",
+        voice: str | None = None,
+        sample_rate: int = 24_000,
+        speed: float = 1.0,
+        check: bool = True,
+        report: Report | None = _stderr,
+        keep_audio: bool = False,
+        started_at_s: float | None = None,
+    ) -> None:
+        self._engine_or_loader = engine
+        self._utterances = list(utterances)
+        self.speed = speed
+        self.check = check
+        self.report = report or (lambda _message: None)
+        self.keep_audio = keep_audio
+        self.engine: TtsEngine | None = engine if hasattr(engine, "synthesize") else None  # type: ignore[assignment]
+        self.result = SpeechResult(
+            engine=engine_name or getattr(self.engine, "name", ""),
+            voice=voice if voice is not None else getattr(self.engine, "voice", None),
+            sample_rate=sample_rate,
+            started_at_s=started_at_s if started_at_s is not None else time.monotonic(),
+        )
+        self.output: Any = None
+        self._output_ready = threading.Event()
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=LOOKAHEAD_SENTENCES)
+        self._stop = threading.Event()
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._requests: collections.deque[str] = collections.deque()
+        self._in_output: collections.deque[_Ready] = collections.deque()
+        self._history: collections.deque[_Ready] = collections.deque(maxlen=4)
+        self._queued_frames = 0
+        self.audio: dict[int, np.ndarray] = {}
+        self._worker = threading.Thread(
+            target=self._synthesize_all, name="speech-synth", daemon=True
+        )
+        self._feeder = threading.Thread(target=self._feed_all, name="speech-feed", daemon=True)
+        self._started = False
+
+    # -- control ----------------------------------------------------------------------------------
+    def start(self, output: Any = None) -> Speech:
+        """Start synthesizing now; `output` may be given here or later with `attach_output`."""
+        if not self._started:
+            self._started = True
+            # numpy imported by two threads at once can fail half-initialized ("cannot import
+            # name ... from partially initialized module"): import it here, before the threads.
+            import numpy  # noqa: F401
+
+            self._worker.start()
+            self._feeder.start()
+        if output is not None:
+            self.attach_output(output)
+        return self
+
+    def attach_output(self, output: Any) -> None:
+        """The opened output to play into (a Player from `open_speech_output`, or a WavSink)."""
+        self.output = output
+        self.result.sample_rate = output.sample_rate
+        if self._stop.is_set():  # stopped (or failed) while the output was opening
+            output.stop()
+        self._output_ready.set()
+
+    def fail(self, error: BaseException) -> None:
+        """End the speech with `error` (e.g. the output could not be opened); `wait` raises it."""
+        if self._error is None:
+            self._error = error
+        self.stop()
+
+    def stop(self) -> None:
+        """The kill handle: sound stops within one output block; safe from any thread."""
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self.result.stopped = not self._done.is_set()
+        if self.output is not None:
+            self.output.stop()
+        self._output_ready.set()  # wake a feeder still waiting for an output
+
+    def pause(self) -> None:
+        if self.output is not None:
+            self.output.pause()
+
+    def resume(self) -> None:
+        if self.output is not None:
+            self.output.resume()
+
+    @property
+    def paused(self) -> bool:
+        return bool(self.output is not None and self.output.paused)
+
+    def skip_forward(self) -> None:
+        """Cut the sentence playing now and go on with the next."""
+        self._requests.append("forward")
+
+    def skip_back(self) -> None:
+        """Start the sentence playing now again from its beginning, or the one before it if the
+        current one has just started (under 1 s)."""
+        self._requests.append("back")
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def current(self) -> SentenceRecord | None:
+        """The sentence playing now (the last one whose first sample went out)."""
+        in_output = list(self._in_output)  # a snapshot: the feeder thread changes it
+        started = [r.record for r in in_output if r.record.start_frame is not None]
+        return started[-1] if started else None
+
+    def status(self) -> dict[str, Any]:
+        """A snapshot for a control channel."""
+        now = self.current()
+        return {
+            "state": "stopped" if self._stop.is_set() else "done" if self.done
+            else "paused" if self.paused else "speaking",
+            "sentence": now.index if now else None,
+            "text": now.text if now else None,
+            "sentences": len(self.result.sentences),
+        }  # fmt: skip
+
+    def wait(self, timeout_s: float | None = None) -> SpeechResult:
+        """Block until everything has played (or `stop`); raise the worker's error if any.
+
+        Waits in short slices so Ctrl-C reaches the caller, which should then call `stop()`.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self._done.wait(0.05):
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError("speech did not finish in time")
+        if not self._stop.is_set():
+            # The worker may still be closing the engine (hibari writes its caches then).
+            while self._worker.is_alive():
+                self._worker.join(0.05)
+        else:
+            self.join(2.0)
+        if self._error is not None:
+            raise self._error
+        return self.result
+
+    def join(self, timeout_s: float | None = None) -> None:
+        """Wait for the synthesis thread to end (after `stop`, it ends after the sentence it is
+        synthesizing): native code still running when the interpreter exits can abort it."""
+        if self._worker.is_alive():
+            self._worker.join(timeout_s)
+
+    def run(self, output: Any) -> SpeechResult:
+        """start(output), wait, and stop cleanly on any exception (Ctrl-C included)."""
+        self.start(output)
+        try:
+            return self.wait()
+        except BaseException:
+            self.stop()
+            raise
+
+    # -- the worker: engine, text, synthesis, check -------------------------------------------
+    def _load_engine(self) -> TtsEngine:
+        if self.engine is None:
+            self.engine = self._engine_or_loader()  # type: ignore[operator]
+            self.result.engine = self.result.engine or self.engine.name
+            if self.result.voice is None:
+                self.result.voice = self.engine.voice
+        self.result.engine_ready_at_s = time.monotonic()
+        return self.engine
+
+    def _put(self, item: Any) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _synthesize_all(self) -> None:
+        import numpy as np
+
+        from vocal.audio import resample
+
+        try:
+            engine = self._load_engine()
+            english_only = engine.english_only
+            index = 0
+            for number, utterance in enumerate(self._utterances):
+                sentences = sentences_of(utterance, english_only=english_only)
+                if index == 0 and sentences:
+                    sentences[:1] = split_first_clause(sentences[0])
+                for sentence in sentences:
+                    if self._stop.is_set():
+                        return
+                    record = SentenceRecord(index=index, utterance=number, text=sentence)
+                    index += 1
+                    self.result.sentences.append(record)
+                    record.synth_started_at_s = time.monotonic()
+                    samples = np.asarray(engine.synthesize(sentence, speed=self.speed), np.float32)
+                    samples = samples.reshape(-1)
+                    record.synth_done_at_s = time.monotonic()
+                    record.frames = samples.shape[0]
+                    reason = check_speech(samples, engine.sample_rate) if self.check else None
+                    if reason is not None:
+                        record.failed_check = reason
+                        self.report(f"sentence {record.index + 1} failed the speech check "
+                                    f"({reason}), not played: {sentence[:60]!r}")  # fmt: skip
+                        continue
+                    self._output_ready.wait()
+                    if self._stop.is_set():
+                        return
+                    if engine.sample_rate != self.output.sample_rate:
+                        samples = resample(samples, engine.sample_rate, self.output.sample_rate)
+                        record.frames = samples.shape[0]
+                    if not self._put(_Ready(record, samples)):
+                        return
+            self._put(_DONE)
+            engine.close()  # after the last sentence: hibari builds its caches while audio plays
+        except BaseException as exc:  # handed to wait() in the caller's thread
+            if self._error is None:
+                self._error = (
+                    exc
+                    if isinstance(exc, (VocalError, KeyboardInterrupt))
+                    else EngineError(
+                        f"{self.result.engine or 'the engine'} failed: {type(exc).__name__}: {exc}"
+                    )
+                )
+            self._stop.set()
+            if self.output is not None:
+                self.output.stop()
+            self._output_ready.set()
+
+    # -- the feeder: output, boundaries, skips ----------------------------------------------------
+    def _tracker(self) -> FrameTracker | None:
+        return getattr(self.output, "frame_tracker", None)
+
+    def _play(self, ready: _Ready) -> None:
+        record, samples = ready.record, ready.samples
+        tracker = self._tracker()
+        if tracker is not None:
+            tracker.mark(record.index, self._queued_frames)
+        else:  # a WavSink: written at once, in order
+            record.start_frame = self._queued_frames
+            record.started_at_s = time.monotonic()
+        self._queued_frames += samples.shape[0]
+        record.frames = samples.shape[0]
+        record.played = True
+        self._in_output.append(ready)
+        self.output.play(samples)
+        if self.keep_audio:
+            self.audio[record.index] = samples
+
+    def _settle(self) -> None:
+        """Copy resolved boundaries into records; retire sentences that have finished."""
+        tracker = self._tracker()
+        for ready in self._in_output:
+            record = ready.record
+            if (
+                tracker is not None
+                and record.start_frame is None
+                and record.index in tracker.resolved
+            ):
+                record.start_frame, record.started_at_s = tracker.resolved[record.index]
+            if record.started_at_s is not None and self.result.first_audio_at_s is None:
+                self.result.first_audio_at_s = record.started_at_s
+        # A sentence has finished once the next one has started.
+        while len(self._in_output) > 1 and self._in_output[1].record.start_frame is not None:
+            self._history.append(self._in_output.popleft())
+
+    def _unstarted(self) -> int:
+        return sum(1 for r in self._in_output if r.record.start_frame is None)
+
+    def _handle_requests(self) -> None:
+        while self._requests:
+            request = self._requests.popleft()
+            if not self._in_output or self._tracker() is None:
+                continue
+            was_paused = self.output.paused
+            flush_output(self.output, resume=False)
+            tracker = self._tracker()
+            assert tracker is not None
+            tracker.forget()
+            pending = list(self._in_output)
+            self._in_output.clear()
+            current = next((r for r in pending if r.record.start_frame is not None), None)
+            if request == "forward" and current is not None:
+                pending.remove(current)
+                self._history.append(current)
+            elif request == "back" and current is not None:
+                elapsed_s = 0.0
+                if current.record.started_at_s is not None:
+                    elapsed_s = time.monotonic() - current.record.started_at_s
+                if elapsed_s < 1.0 and self._history:
+                    pending.insert(0, self._history.pop())
+            for ready in pending:
+                ready.record.start_frame = ready.record.started_at_s = None
+                self._play(ready)
+            if not was_paused:
+                self.output.resume()
+
+    def _feed_all(self) -> None:
+        try:
+            self._output_ready.wait()
+            finished = False
+            while not self._stop.is_set():
+                self._settle()
+                self._handle_requests()
+                if not finished and self._unstarted() == 0:
+                    try:
+                        item = self._queue.get(timeout=_POLL_S)
+                    except queue.Empty:
+                        continue
+                    if item is _DONE:
+                        finished = True
+                        self.output.finish()
+                        continue
+                    self._play(item)
+                    continue
+                if finished and self.output.wait(_POLL_S):
+                    break
+                time.sleep(_POLL_S)
+            self._settle()
+        except BaseException as exc:
+            if self._error is None:
+                self._error = exc
+            if self.output is not None:
+                self.output.stop()
+        finally:
+            self.result.finished_at_s = time.monotonic()
+            self.result.stopped = self._stop.is_set() and self.result.stopped
+            self._done.set()
+
+
+# -- voices --------------------------------------------------------------------------------------
+#: Engines searched for a voice name when no engine is named (local ones: listing is free).
+_VOICE_SEARCH = ("hibari", "espeak-ng", "piper")
+
+
+def resolve_voice(
+    voice: str | None, engine: str | None, settings: Settings
+) -> tuple[str, str | None]:
+    """The one place a voice name becomes (engine name, engine voice).
+
+    `voice` may be "ENGINE:VOICE". With an engine named (flag, VOCAL_TTS_ENGINE or config), the
+    voice is that engine's and the engine checks it. With none, a voice of the default engine
+    is used as is, else the first local engine that has a voice of that name (`--voice en-gb`
+    picks espeak-ng). Stored cloned voices (vocal.voices, issue 5) are to be looked up here
+    first, before built-in ones.
+    """
+    from vocal.tts import canonical_name, unknown_voice, voice_names
+
+    if voice is not None and ":" in voice and not voice.startswith(("/", ".", "~")):
+        prefix, _, rest = voice.partition(":")
+        return canonical_name(prefix), rest or None
+    name = canonical_name(engine or settings.tts_engine)
+    if voice is None or engine is not None:
+        return name, voice
+    for candidate in (name, *[e for e in _VOICE_SEARCH if e != name]):
+        if voice in voice_names(candidate, settings=settings):
+            return candidate, voice
+    if name not in _VOICE_SEARCH:  # HTTP engines: the server knows its voices
+        return name, voice
+    raise unknown_voice(name, voice, voice_names(name, settings=settings))
+
+
+def engine_loader(name: str, voice: str | None, settings: Settings) -> Callable[[], TtsEngine]:
+    """A callable that loads engine `name` for `voice` (run it in the worker thread)."""
+    from vocal.tts import load_tts
+
+    return lambda: load_tts(name, voice, settings=settings)
+
+
+def preload_audio_backend() -> threading.Thread:
+    """Start importing sounddevice in a thread, now.
+
+    Its import initializes PortAudio (0.14-0.22 s here), mostly in C without the GIL and
+    without numpy, so it overlaps the numpy import that everything else waits for: measured
+    0.27 s for both instead of 0.51 s one after the other. vocal.devices stays the only module
+    that uses sounddevice; a failure here is left for it to report.
+    """
+
+    def load() -> None:
+        try:
+            importlib.import_module("sounddevice")
+        except Exception:  # no PortAudio: vocal.devices.sounddevice() says what to install
+            pass
+
+    thread = threading.Thread(target=load, name="portaudio-preload", daemon=True)
+    thread.start()
+    return thread
+
+
+# -- one `vocal speak` ---------------------------------------------------------------------------
+def decode_input(data: bytes, *, name: str = "stdin") -> str:
+    """Text from bytes read from a pipe; binary data is a UsageError (exit 2), not noise."""
+    if b"\x00" in data:
+        raise UsageError(f"{name} is not text (it holds NUL bytes)")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{name} is not UTF-8 text (bad byte at offset {exc.start})") from None
+
+
+@dataclass(frozen=True)
+class SpeakOptions:
+    """What `vocal speak` was asked to do (None: from settings and gates)."""
+
+    engine: str | None = None
+    voice: str | None = None
+    speed: float | None = None
+    volume: float | None = None  # gain 0..2; None: the `vocal volume` gate
+    output: Path | None = None  # write a WAV instead of playing
+    device: str | None = None
+    quotes: bool = False
+    check: bool = True
+
+
+def speak(
+    text: str,
+    options: SpeakOptions,
+    settings: Settings,
+    *,
+    report: Report | None = _stderr,
+    started_at_s: float | None = None,
+    on_start: Callable[[Speech], None] | None = None,
+) -> SpeechResult | None:
+    """Speak `text` (or write it to `options.output`); None when the gates say silence.
+
+    Order matters for the first audio: gates first (muted costs nothing), then the engine loads
+    in the worker thread while this thread opens the audio output, so the two overlap.
+    `on_start` receives the running `Speech` (a control channel hooks stop/pause/skip there).
+    """
+    from vocal.gates import read_gates
+    from vocal.tts import engine_class
+
+    started_at_s = time.monotonic() if started_at_s is None else started_at_s
+    if not text.strip():
+        raise UsageError("nothing to say: the text is empty")
+    gain = options.volume
+    if options.output is None:
+        gates = read_gates(settings.home)
+        if gates.silent:
+            (report or (lambda _m: None))(
+                "muted: nothing spoken" if gates.muted else "volume is 0: nothing spoken"
+            )
+            return None
+        gain = gates.gain if gain is None else gain
+    utterances = utterances_of(text, quotes=options.quotes)
+    name, voice = resolve_voice(options.voice or settings.voice, options.engine, settings)
+    rate = engine_class(name).sample_rate
+    # While PortAudio initializes, sounddevice points fd 2 at /dev/null: an error reported
+    # meanwhile would vanish, so every failure below waits for the preload to finish first.
+    preload = preload_audio_backend() if options.output is None else None
+    try:
+        return _speak(utterances, name, voice, rate, gain, options, settings, report, started_at_s,
+                      on_start)  # fmt: skip
+    except BaseException:
+        if preload is not None:
+            preload.join(5.0)
+        raise
+
+
+def _speak(
+    utterances: list[str],
+    name: str,
+    voice: str | None,
+    rate: int,
+    gain: float | None,
+    options: SpeakOptions,
+    settings: Settings,
+    report: Report | None,
+    started_at_s: float,
+    on_start: Callable[[Speech], None] | None,
+) -> SpeechResult:
+    speech = Speech(
+        engine_loader(name, voice, settings), utterances, engine_name=name, voice=voice,
+        sample_rate=rate, speed=options.speed or settings.speed, check=options.check,
+        report=report, started_at_s=started_at_s,
+    )  # fmt: skip
+    speech.start()
+    try:
+        output = open_speech_output(
+            rate, output=options.output, device=options.device or settings.output_device,
+            volume=1.0 if gain is None else gain,
+        )  # fmt: skip
+    except BaseException as exc:
+        speech.fail(exc)
+        speech.join(2.0)
+        raise
+    try:
+        speech.attach_output(output)
+        if on_start is not None:
+            on_start(speech)
+        result = speech.wait()
+    except BaseException:
+        speech.stop()
+        speech.join(2.0)
+        raise
+    finally:
+        output.close()
+    if result.sentences and not result.played and not result.stopped:
+        raise EngineError(
+            f"the {name} engine produced no speech: every sentence failed the speech check",
+            hint="try another engine or voice with --engine / --voice",
+        )
+    return result
+
+
+def process_started_at_s() -> float | None:
+    """time.monotonic() at which this process started (Linux, 10 ms resolution), else None."""
+    try:
+        import os
+
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start_ticks = int(fields[19])  # field 22 of stat(5), counted after the ")"
+        since_boot_s = start_ticks / os.sysconf("SC_CLK_TCK")
+        now_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+        return time.monotonic() - (now_boot - since_boot_s)
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
+__all__ = [
+    "Speech",
+    "SpeechResult",
+    "SentenceRecord",
+    "FrameTracker",
+    "check_speech",
+    "engine_loader",
+    "flush_output",
+    "has_speakable_text",
+    "open_speech_output",
+    "resolve_voice",
+    "sentences_of",
+    "split_first_clause",
+    "utterances_of",
+    "SpeakOptions",
+    "speak",
+    "decode_input",
+    "process_started_at_s",
+    "preload_audio_backend",
+]

@@ -1,0 +1,177 @@
+"""HTTP engines: an OpenAI-compatible `/v1/audio/speech` endpoint and ElevenLabs.
+
+Keys come from the environment (OPENAI_API_KEY, ELEVENLABS_API_KEY), never from flags, so they
+stay out of shell history and `ps`. Base URLs, models and the timeout are settings
+(VOCAL_OPENAI_BASE_URL, VOCAL_ELEVENLABS_BASE_URL, VOCAL_TTS_HTTP_TIMEOUT, ...). Every request
+has a deadline: connecting and each read are bounded by `tts_http_timeout_s`, and so is the
+whole body, so a server that trickles bytes cannot hang a turn. Standard library only (urllib):
+one POST per sentence needs no client library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from vocal.errors import EngineError, UsageError
+from vocal.tts import INSTALL_HINTS, TtsEngine, unknown_voice
+
+if TYPE_CHECKING:
+    import numpy as np
+
+DEFAULT_TIMEOUT_S = 20.0
+_MAX_BODY_BYTES = 64 * 1024 * 1024  # a minute of 24 kHz float audio is 5.8 MB
+OPENAI_URL = "https://api.openai.com/v1"
+#: OpenAI's voices; another compatible server may have others, so only OpenAI's are checked.
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage",
+                 "shimmer", "verse")  # fmt: skip
+#: ElevenLabs' "Rachel", a premade voice every account has.
+ELEVENLABS_DEFAULT_VOICE = "21m00Tcm4TlvDq8ikWAM"
+
+
+def _setting(settings: Any, name: str, default: Any) -> Any:
+    value = getattr(settings, name, None) if settings is not None else None
+    return default if value is None else value
+
+
+def post(url: str, payload: dict[str, Any], headers: dict[str, str], timeout_s: float) -> bytes:
+    """POST `payload` as JSON and return the body; every failure is one clear EngineError."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(payload).encode("utf-8"),
+        headers={"Content-Type": "application/json", **headers},
+        method="POST",
+    )
+    shown = urllib.parse.urlsplit(url)._replace(query="").geturl()
+    deadline = time.monotonic() + timeout_s
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
+            chunks, size = [], 0
+            while True:
+                chunk = response.read(64 * 1024)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > _MAX_BODY_BYTES:
+                    raise EngineError(f"{shown} sent more than {_MAX_BODY_BYTES >> 20} MB")
+                if time.monotonic() > deadline:
+                    raise EngineError(f"{shown} took more than {timeout_s:g} s to answer")
+            return b"".join(chunks)
+    except urllib.error.HTTPError as exc:
+        detail = exc.read(300).decode("utf-8", errors="replace").strip().replace("\n", " ")
+        if exc.code in (401, 403):
+            raise EngineError(
+                f"{shown} rejected the API key (HTTP {exc.code})", hint="check the key variable"
+            ) from None
+        raise EngineError(f"{shown} answered HTTP {exc.code}: {detail[:200]}") from None
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, (socket.timeout, TimeoutError)):
+            raise EngineError(f"{shown} did not answer within {timeout_s:g} s") from None
+        raise EngineError(f"cannot reach {shown}: {reason}") from None
+    except TimeoutError:
+        raise EngineError(f"{shown} did not answer within {timeout_s:g} s") from None
+    except (ConnectionError, OSError) as exc:
+        raise EngineError(f"cannot reach {shown}: {exc}") from None
+
+
+class OpenAiEngine(TtsEngine):
+    """Any server speaking OpenAI's `POST {base}/audio/speech` (WAV responses).
+
+    Args:
+        voice: a voice of the server (OpenAI: alloy, coral, nova, ...; default alloy).
+        settings: vocal settings (openai_base_url, openai_tts_model, tts_http_timeout_s).
+    """
+
+    name: ClassVar[str] = "openai"
+    multilingual: ClassVar[bool] = True
+    sample_rate = 24_000
+
+    def __init__(self, voice: str | None = None, *, settings: Any = None, **_options: Any) -> None:
+        self.base_url = str(_setting(settings, "openai_base_url", OPENAI_URL)).rstrip("/")
+        self.model = _setting(settings, "openai_tts_model", "gpt-4o-mini-tts")
+        self.timeout_s = float(_setting(settings, "tts_http_timeout_s", DEFAULT_TIMEOUT_S))
+        self.voice = voice or "alloy"
+        official = urllib.parse.urlsplit(self.base_url).hostname == "api.openai.com"
+        if official and self.voice not in OPENAI_VOICES:
+            raise unknown_voice(self.name, self.voice, list(OPENAI_VOICES))
+        if urllib.parse.urlsplit(self.base_url).scheme not in ("http", "https"):
+            raise UsageError(f"openai_base_url must be an http(s) URL, got {self.base_url!r}")
+        self._key = os.environ.get("OPENAI_API_KEY", "")
+        if official and not self._key:
+            raise EngineError("OPENAI_API_KEY is not set", hint=INSTALL_HINTS["openai"])
+
+    @classmethod
+    def voice_names(cls, **_options: Any) -> list[str]:
+        return list(OPENAI_VOICES)
+
+    def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:
+        from vocal.audio import parse_wav
+        from vocal.errors import AudioFormatError
+
+        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+        payload = {"model": self.model, "input": sentence, "voice": self.voice,
+                   "response_format": "wav", "speed": min(4.0, max(0.25, speed))}  # fmt: skip
+        body = post(f"{self.base_url}/audio/speech", payload, headers, self.timeout_s)
+        try:
+            audio = parse_wav(body, name=f"{self.base_url}/audio/speech")
+        except AudioFormatError as exc:
+            raise EngineError(f"the speech server sent no WAV audio: {exc}") from None
+        if audio.sample_rate != self.sample_rate:
+            audio = audio.resample(self.sample_rate)
+        return audio.mono_samples
+
+
+class ElevenLabsEngine(TtsEngine):
+    """ElevenLabs' `POST {base}/v1/text-to-speech/{voice_id}` with 24 kHz 16-bit PCM back.
+
+    Args:
+        voice: a voice ID from the ElevenLabs voice library (default: Rachel's).
+        settings: vocal settings (elevenlabs_base_url, elevenlabs_model, tts_http_timeout_s).
+    """
+
+    name: ClassVar[str] = "elevenlabs"
+    multilingual: ClassVar[bool] = True
+    sample_rate = 24_000
+
+    def __init__(self, voice: str | None = None, *, settings: Any = None, **_options: Any) -> None:
+        self.base_url = str(
+            _setting(settings, "elevenlabs_base_url", "https://api.elevenlabs.io")
+        ).rstrip("/")
+        self.model = _setting(settings, "elevenlabs_model", "eleven_flash_v2_5")
+        self.timeout_s = float(_setting(settings, "tts_http_timeout_s", DEFAULT_TIMEOUT_S))
+        self.voice = voice or ELEVENLABS_DEFAULT_VOICE
+        if not re.fullmatch(r"[A-Za-z0-9]{8,64}", self.voice):
+            raise unknown_voice(self.name, self.voice, [ELEVENLABS_DEFAULT_VOICE])
+        if urllib.parse.urlsplit(self.base_url).scheme not in ("http", "https"):
+            raise UsageError(f"elevenlabs_base_url must be an http(s) URL, got {self.base_url!r}")
+        self._key = os.environ.get("ELEVENLABS_API_KEY", "")
+        if not self._key:
+            raise EngineError("ELEVENLABS_API_KEY is not set", hint=INSTALL_HINTS["elevenlabs"])
+
+    @classmethod
+    def voice_names(cls, **_options: Any) -> list[str]:
+        return [ELEVENLABS_DEFAULT_VOICE]
+
+    def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:
+        import numpy as np
+
+        url = f"{self.base_url}/v1/text-to-speech/{self.voice}?output_format=pcm_{self.sample_rate}"
+        payload = {"text": sentence, "model_id": self.model,
+                   "voice_settings": {"speed": min(1.2, max(0.7, speed))}}  # fmt: skip
+        body = post(url, payload, {"xi-api-key": self._key, "Accept": "audio/pcm"}, self.timeout_s)
+        if body[:4] in (b"RIFF", b'{"de', b"<htm") or len(body) < 2:
+            raise EngineError("ElevenLabs sent no raw PCM audio")
+        usable = len(body) - len(body) % 2
+        return np.frombuffer(body[:usable], dtype="<i2").astype(np.float32) / 32768.0
+
+
+__all__ = ["OpenAiEngine", "ElevenLabsEngine", "post"]
