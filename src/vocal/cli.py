@@ -72,6 +72,8 @@ class LazyGroup(TyperGroup):
         module = importlib.import_module(f"vocal.commands.{path.stem}")
         command = typer.main.get_command(module.app)
         command.name = cmd_name
+        if not command.help and module.__doc__:  # a group: its module docstring is its help
+            command.help = module.__doc__.strip()
         return command
 
     def format_commands(self, ctx: Any, formatter: Any) -> None:
