@@ -160,6 +160,48 @@ def _check_channels(device: DeviceInfo, kind: str) -> None:
         raise DeviceError(f"device {device.index} ({device.name}) has no {kind} channels")
 
 
+# -- streams ------------------------------------------------------------------------------------
+def _start_stream(
+    kind: str,
+    device: str | int | None,
+    sample_rate: int,
+    block_frames: int,
+    callback: Callable[..., None],
+    **extra: Any,
+) -> Any:
+    """Open and start a mono float32 low-latency input or output stream."""
+    sd = sounddevice()
+    index = resolve_device(device, kind)
+    factory = sd.InputStream if kind == "input" else sd.OutputStream
+    try:
+        stream = factory(
+            samplerate=sample_rate,
+            blocksize=block_frames,
+            channels=1,
+            dtype="float32",
+            device=index,
+            latency="low",
+            callback=callback,
+            **extra,
+        )
+        stream.start()
+    except sd.PortAudioError as exc:
+        what = "the microphone" if kind == "input" else "the audio output"
+        raise _port_audio_error(f"open {what}", exc) from None
+    return stream
+
+
+def _close_stream(stream: Any) -> None:
+    """Abort and close `stream` (None is fine)."""
+    if stream is None:
+        return
+    try:
+        stream.abort()
+        stream.close()
+    except Exception:  # a vanished device must not hide the error that got us here
+        pass
+
+
 # -- the reference ------------------------------------------------------------------------------
 class ReferenceBuffer:
     """A ring of the last `capacity_frames` samples played, addressed by absolute frame index.
@@ -250,32 +292,16 @@ class Player:
 
     # lifecycle
     def open(self) -> Player:
-        sd = self._sd = sounddevice()
-        device = resolve_device(self._device, "output")
-        try:
-            self._stream = sd.OutputStream(
-                samplerate=self.sample_rate,
-                blocksize=self.block_frames,
-                channels=1,
-                dtype="float32",
-                device=device,
-                latency="low",
-                callback=self._callback,
-                finished_callback=self._done.set,
-            )
-            self._stream.start()
-        except sd.PortAudioError as exc:
-            raise _port_audio_error("open the audio output", exc) from None
+        self._sd = sounddevice()
+        self._stream = _start_stream(
+            "output", self._device, self.sample_rate, self.block_frames, self._callback,
+            finished_callback=self._done.set,
+        )  # fmt: skip
         return self
 
     def close(self) -> None:
-        if self._stream is not None:
-            stream, self._stream = self._stream, None
-            try:
-                stream.abort()
-                stream.close()
-            except Exception:  # a vanished device must not hide the error that got us here
-                pass
+        stream, self._stream = self._stream, None
+        _close_stream(stream)
         self._done.set()
 
     def __enter__(self) -> Player:
@@ -448,32 +474,15 @@ class Microphone:
         self.opened_at_s: float | None = None
 
     def open(self) -> Microphone:
-        sd = sounddevice()
-        device = resolve_device(self._device, "input")
-        try:
-            self._stream = sd.InputStream(
-                samplerate=self.sample_rate,
-                blocksize=self.block_frames,
-                channels=1,
-                dtype="float32",
-                device=device,
-                latency="low",
-                callback=self._callback,
-            )
-            self._stream.start()
-        except sd.PortAudioError as exc:
-            raise _port_audio_error("open the microphone", exc) from None
+        self._stream = _start_stream(
+            "input", self._device, self.sample_rate, self.block_frames, self._callback
+        )
         self.opened_at_s = time.monotonic()
         return self
 
     def close(self) -> None:
-        if self._stream is not None:
-            stream, self._stream = self._stream, None
-            try:
-                stream.abort()
-                stream.close()
-            except Exception:
-                pass
+        stream, self._stream = self._stream, None
+        _close_stream(stream)
         self._queue.put(None)  # wake a reader
 
     def __enter__(self) -> Microphone:
