@@ -26,7 +26,8 @@ ENGINES: dict[str, str] = {
 #: What to `pip install` when an engine's import fails.
 INSTALL_HINTS: dict[str, str] = {
     "faster-whisper": "pip install faster-whisper",
-    "mlx-whisper": "pip install mlx-whisper (Apple Silicon)",
+    "mlx-whisper": "pip install --no-deps mlx-whisper (Apple Silicon; its declared torch "
+    "dependency is not needed)",
 }
 
 
@@ -64,7 +65,9 @@ def load_stt(name: str = "auto", model: str = "tiny.en", **options: object) -> S
         name = default_engine_name()
     target = ENGINES.get(name)
     if target is None:
-        raise EngineError(f"unknown speech-to-text engine {name!r}", hint=f"one of {', '.join(ENGINES)}")
+        raise EngineError(
+            f"unknown speech-to-text engine {name!r}", hint=f"one of {', '.join(ENGINES)}"
+        )
     module_name, class_name = target.split(":")
     try:
         module = importlib.import_module(module_name)

@@ -1,0 +1,487 @@
+"""One listening turn as a library: record until the speaker stops, then transcribe.
+
+`listen(source, stt=...)` consumes `vocal.devices.Block`s from any source (a `Microphone`, a
+`WavSource`, or a microphone whose callback runs echo cancellation), endpoints them with Silero
+VAD (`vocal.vad.Endpointer`), and transcribes the utterance with an STT engine that
+`SttLoader` imports and loads in a background thread while the recording runs, so the
+microphone opens at once and the model's cost hides behind the speaker's own words (DESIGN.md).
+An external "end now" (`stop`, a `threading.Event`: Ctrl-C, the control channel's skip) ends
+the recording and still transcribes what was heard. Each stage is timed: `ListenResult.timings`
+holds durations, `ListenResult.clock` the `time.monotonic()` instants (one clock for every
+process on Linux, so a benchmark can compare them with its own).
+
+Used by `vocal listen`, and built to be reused by `vocal converse`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+import numpy as np
+
+from vocal.audio import STT_SAMPLE_RATE, Audio
+from vocal.devices import Block
+from vocal.errors import VocalError
+from vocal.stt import SttEngine, Transcript, load_stt
+from vocal.vad import Confidence, Endpointer, EndpointOptions, EndReason, VadState
+
+#: How long the fixed-window mode records when no --seconds is given.
+DEFAULT_FIXED_SECONDS = 5.0
+
+
+class BlockSource(Protocol):
+    """What `listen` reads from: `Microphone`, `WavSource`, or anything alike."""
+
+    sample_rate: int
+    opened_at_s: float | None
+
+    def blocks(self, timeout_s: float = 2.0) -> Iterator[Block]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ListenOptions:
+    """How to listen: endpointed by VAD, or a fixed window of `seconds`."""
+
+    vad: bool = True
+    seconds: float = DEFAULT_FIXED_SECONDS
+    endpoint: EndpointOptions = field(default_factory=EndpointOptions)
+    #: Start Whisper during the silence window (see EarlyTranscriber); VAD mode only.
+    early_transcription: bool = True
+
+    def endpointer_options(self) -> EndpointOptions:
+        """Fixed-window mode still runs VAD (to know whether anyone spoke), but only the
+        window ends the recording."""
+        if self.vad:
+            return self.endpoint
+        window = self.seconds
+        return replace(
+            self.endpoint,
+            min_silence_ms=int(window * 1000) + 1000,
+            max_duration_s=window,
+            no_speech_timeout_s=window + 1.0,
+        )
+
+
+# -- the engine, loaded in the background --------------------------------------------------------
+class SttLoader:
+    """Imports and loads a speech-to-text engine in a daemon thread, started at construction.
+
+    `engine()` waits for it and returns it, or raises what loading raised (an `EngineError`
+    with its exit code 5). `load_s` is how long loading took; `ready_at_s` when it finished.
+    """
+
+    def __init__(self, name: str = "auto", model: str = "tiny.en", **options: Any) -> None:
+        self.name, self.model, self.options = name, model, options
+        self.started_at_s = time.monotonic()
+        self.ready_at_s: float | None = None
+        self._engine: SttEngine | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="vocal-stt-load", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._engine = load_stt(self.name, self.model, **self.options)
+        except BaseException as exc:  # re-raised in the caller's thread by engine()
+            self._error = exc
+        finally:
+            self.ready_at_s = time.monotonic()
+
+    @property
+    def load_s(self) -> float | None:
+        return None if self.ready_at_s is None else self.ready_at_s - self.started_at_s
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait for loading to end, successfully or not; True if it has.
+
+        A process must not exit while this thread is inside a native library (CTranslate2
+        aborts the process: "terminate called without an active exception"), so commands wait
+        here before exiting, even when the engine is no longer needed.
+        """
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def ready_engine(self) -> SttEngine | None:
+        """The engine if it has loaded, else None (never waits)."""
+        return self._engine if self.ready_at_s is not None else None
+
+    def raise_if_failed(self) -> None:
+        """Raise at once what loading raised, if it has already failed."""
+        if self._error is not None:
+            raise self._error
+
+    def engine(self) -> SttEngine:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._engine is not None
+        return self._engine
+
+
+# -- the result ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ListenResult:
+    """One turn: what was said, whether anyone spoke, and what each stage cost.
+
+    `audio` is what was transcribed (the utterance with its pre-roll, or the whole window in
+    fixed mode); `recording` everything captured. Durations are seconds.
+    """
+
+    text: str
+    language: str | None
+    speech_heard: bool
+    end_reason: str
+    audio: Audio
+    recording: Audio
+    durations: dict[str, float | None]
+    timings: dict[str, float | bool | None]
+    clock: dict[str, float | None]
+    transcript: Transcript | None = None
+    overflows: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `vocal listen --json` prints."""
+        return {
+            "text": self.text,
+            "language": self.language,
+            "speech_heard": self.speech_heard,
+            "end_reason": self.end_reason,
+            "durations": _rounded(self.durations),
+            "timings": _rounded(self.timings),
+            "clock": self.clock,
+            "overflows": self.overflows,
+        }
+
+
+def _rounded(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in values.items()}
+
+
+def process_started_at() -> float | None:
+    """This process's start on the `time.monotonic()` clock (Linux; None elsewhere).
+
+    /proc/self/stat's start time counts clock ticks (10 ms) since boot, on the same clock as
+    CLOCK_BOOTTIME; the difference between BOOTTIME and MONOTONIC (time suspended) is removed.
+    """
+    try:
+        with open("/proc/self/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        start_ticks = int(fields[19])  # field 22 of the whole line; fields[0] is field 3
+        ticks = os.sysconf("SC_CLK_TCK")
+        boot_now = time.clock_gettime(time.CLOCK_BOOTTIME)
+        monotonic_now = time.monotonic()
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+    return monotonic_now - (boot_now - start_ticks / ticks)
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------------
+@contextlib.contextmanager
+def ctrl_c_ends(stop: threading.Event) -> Iterator[threading.Event]:
+    """While inside: the first Ctrl-C sets `stop` (end the recording, still transcribe); a
+    second one interrupts as usual. A no-op outside the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield stop
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+# -- recording ------------------------------------------------------------------------------------
+BlockHook = Callable[[np.ndarray, VadState], None]
+
+
+@dataclass
+class _Marks:
+    speech_start_at: float | None = None
+    speech_end_at: float | None = None
+    recorded_at: float | None = None
+
+
+def record(
+    source: BlockSource,
+    *,
+    options: ListenOptions,
+    confidence: Confidence | None = None,
+    stop: threading.Event | None = None,
+    on_block: BlockHook | None = None,
+    check: Callable[[], None] | None = None,
+    on_pause: Callable[[Endpointer], None] | None = None,
+) -> tuple[Endpointer, _Marks]:
+    """Feed `source`'s blocks to an endpointer until it is done, the source ends or `stop`.
+
+    `confidence` is the speech probability of one 512-sample chunk; None loads a `SileroVad`
+    here, after the source opened, so its load (onnxruntime, ~0.3 s) happens while the first
+    blocks queue up instead of before the microphone opens. `check` runs after every block and
+    may raise to abandon the recording (an engine that failed to load: no point listening on).
+    `on_pause` is called once per pause, as soon as the utterance so far is complete (the
+    pause has lasted the post-roll) and while the silence window still runs.
+    """
+    if confidence is None:
+        from vocal.vad import SileroVad
+
+        confidence = SileroVad()
+    endpointer = Endpointer(
+        confidence, options.endpointer_options(), sample_rate=source.sample_rate
+    )
+    marks = _Marks()
+    last_end_frame = None
+    paused_at_frame = None  # speech_end_frame of the last pause reported to on_pause
+    for block in source.blocks():
+        endpointer.feed(block.samples)
+        pending = endpointer.fed_frames  # frames fed up to the end of the last whole chunk
+        if marks.speech_start_at is None and endpointer.speech_start_frame is not None:
+            marks.speech_start_at = block.captured_at_s
+        if (
+            endpointer.speech_end_frame is not None
+            and endpointer.speech_end_frame != last_end_frame
+        ):
+            last_end_frame = endpointer.speech_end_frame
+            lag_s = (pending - last_end_frame) / source.sample_rate
+            marks.speech_end_at = block.captured_at_s - lag_s
+        if on_block is not None:
+            on_block(block.samples, endpointer.state)
+        if check is not None:
+            check()
+        if (
+            on_pause is not None
+            and endpointer.utterance_complete
+            and endpointer.speech_end_frame != paused_at_frame
+        ):
+            paused_at_frame = endpointer.speech_end_frame
+            on_pause(endpointer)
+        if endpointer.done:
+            break
+        if stop is not None and stop.is_set():
+            endpointer.finish(EndReason.REQUESTED)
+            break
+    else:
+        endpointer.finish(EndReason.END_OF_INPUT)
+    marks.recorded_at = time.monotonic()
+    if not options.vad and endpointer.end_reason is EndReason.MAX_DURATION:
+        endpointer.end_reason = EndReason.FIXED_WINDOW
+    return endpointer, marks
+
+
+class EarlyTranscriber:
+    """Transcribes the utterance during the silence window, before the turn is known to be over.
+
+    The endpointer waits `min_silence_ms` (700 ms) of silence before it ends a turn, and the
+    utterance it will hand over is fixed as soon as a pause has lasted the post-roll (200 ms).
+    Whisper starts then, in this thread, so most of its ~0.5-1 s is spent while the window
+    still runs. If the speaker resumes, the result is for an older utterance and is not used;
+    only the latest request is kept while one runs (a stale one is never queued behind it).
+    """
+
+    def __init__(self, engine: SttEngine) -> None:
+        self.engine = engine
+        self._lock = threading.Condition()
+        self._pending: tuple[tuple[int, int], Audio] | None = None
+        self._done: dict[tuple[int, int], Transcript | BaseException] = {}
+        self._current: tuple[int, int] | None = None
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="vocal-stt-early", daemon=True)
+        self._thread.start()
+
+    def submit(self, key: tuple[int, int], audio: Audio) -> None:
+        """Transcribe `audio`, the utterance spanning frames `key` (start, end of speech)."""
+        with self._lock:
+            self._pending = (key, audio)
+            self._lock.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while self._pending is None and not self._closed:
+                    self._lock.wait()
+                if self._pending is None:
+                    return
+                (key, audio), self._pending = self._pending, None
+                self._current = key
+            try:
+                outcome: Transcript | BaseException = self.engine.transcribe(audio)
+            except BaseException as exc:  # handed to the caller by result()
+                outcome = exc
+            with self._lock:
+                self._done = {key: outcome}
+                self._current = None
+                self._lock.notify_all()
+
+    def result(self, key: tuple[int, int]) -> Transcript | None:
+        """The transcript of utterance `key` (waiting for it if it is being made), or None
+        when no request for exactly that utterance was made."""
+        with self._lock:
+            while key not in self._done and (
+                self._current == key or (self._pending is not None and self._pending[0] == key)
+            ):
+                self._lock.wait()
+            outcome = self._done.get(key)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def close(self) -> None:
+        """Stop the worker once it is idle (it never interrupts a transcription)."""
+        with self._lock:
+            self._closed = True
+            self._pending = None
+            self._lock.notify_all()
+        self._thread.join()
+
+
+# -- one turn ------------------------------------------------------------------------------------
+def listen(
+    source: BlockSource,
+    *,
+    stt: SttLoader | SttEngine,
+    options: ListenOptions | None = None,
+    confidence: Confidence | None = None,
+    stop: threading.Event | None = None,
+    on_block: BlockHook | None = None,
+    close_source: bool = True,
+) -> ListenResult:
+    """Record one utterance from the opened `source`, then transcribe it.
+
+    Args:
+        source: an opened block source; closed when the recording ends (`close_source`), before
+            transcription, so the device is free while Whisper runs.
+        stt: a loaded engine, or an `SttLoader` still loading in the background.
+        options: VAD endpointing (default) or a fixed window.
+        confidence: speech probability per 512-sample chunk; default a `SileroVad`, loaded
+            once the source is open.
+        stop: set it to end the recording now (Ctrl-C, the control channel).
+        on_block: called with each block and the endpointer's state (a level meter).
+
+    Returns a `ListenResult`; `speech_heard` is False (and nothing was transcribed) when nobody
+    spoke. Engine failures raise `EngineError` (exit 5).
+    """
+    options = options or ListenOptions()
+    if source.sample_rate != STT_SAMPLE_RATE:
+        raise VocalError(f"listen needs a {STT_SAMPLE_RATE} Hz source, got {source.sample_rate}")
+    early: EarlyTranscriber | None = None
+
+    def on_pause(endpointer: Endpointer) -> None:
+        nonlocal early
+        if early is None:
+            engine = stt if not isinstance(stt, SttLoader) else stt.ready_engine()
+            if engine is None:  # still loading: the turn will wait for it anyway
+                return
+            early = EarlyTranscriber(engine)
+        key = (endpointer.speech_start_frame, endpointer.speech_end_frame)
+        early.submit(key, Audio(endpointer.utterance(), endpointer.sample_rate))
+
+    try:
+        endpointer, marks = record(
+            source,
+            options=options,
+            confidence=confidence,
+            stop=stop,
+            on_block=on_block,
+            check=stt.raise_if_failed if isinstance(stt, SttLoader) else None,
+            on_pause=on_pause if options.vad and options.early_transcription else None,
+        )
+    finally:
+        if close_source:
+            source.close()
+
+    rate = source.sample_rate
+    recording = Audio(endpointer.recording(), rate)
+    speech_heard = endpointer.speech_heard
+    audio = recording if not options.vad else Audio(endpointer.utterance(), rate)
+
+    transcript: Transcript | None = None
+    stt_wait_s = None
+    transcribed_at = None
+    early_used = False
+    try:
+        if speech_heard and early is not None:
+            key = (endpointer.speech_start_frame, endpointer.speech_end_frame)
+            transcript = early.result(key)
+            early_used = transcript is not None
+            stt_wait_s = 0.0
+        if speech_heard and transcript is None:
+            waited = time.monotonic()
+            engine = stt.engine() if isinstance(stt, SttLoader) else stt
+            stt_wait_s = time.monotonic() - waited
+            transcript = engine.transcribe(audio)
+        transcribed_at = time.monotonic() if speech_heard else None
+    finally:
+        if early is not None:
+            early.close()
+
+    opened_at = source.opened_at_s
+    started_at = process_started_at()
+    speech_s = None
+    if endpointer.speech_start_frame is not None and endpointer.speech_end_frame is not None:
+        speech_s = (endpointer.speech_end_frame - endpointer.speech_start_frame) / rate
+
+    def span(start: float | None, end: float | None) -> float | None:
+        return None if start is None or end is None else end - start
+
+    return ListenResult(
+        text=transcript.text if transcript else "",
+        language=transcript.language if transcript else None,
+        speech_heard=speech_heard,
+        end_reason=(endpointer.end_reason or EndReason.END_OF_INPUT).value,
+        audio=audio,
+        recording=recording,
+        durations={
+            "recording_s": recording.duration_s,
+            # Where speech began and ended in the recording (positions, seconds).
+            "speech_start_s": endpointer.frames_to_s(endpointer.speech_start_frame),
+            "speech_end_s": endpointer.frames_to_s(endpointer.speech_end_frame),
+            "speech_s": speech_s,
+            "transcribed_s": audio.duration_s if speech_heard else None,
+        },
+        timings={
+            "startup_s": span(started_at, opened_at),
+            "listen_s": span(opened_at, marks.recorded_at),
+            "endpoint_s": span(marks.speech_end_at, marks.recorded_at),
+            "stt_load_s": stt.load_s if isinstance(stt, SttLoader) else None,
+            "stt_wait_s": stt_wait_s,
+            "transcribe_s": transcript.transcribe_s if transcript else None,
+            # True when the transcript was made during the silence window (EarlyTranscriber).
+            "transcribed_early": early_used,
+            "end_to_text_s": span(marks.speech_end_at, transcribed_at),
+        },
+        clock={
+            "process_started": started_at,
+            "opened": opened_at,
+            "speech_started": marks.speech_start_at,
+            "speech_ended": marks.speech_end_at,
+            "recorded": marks.recorded_at,
+            "transcribed": transcribed_at,
+        },
+        transcript=transcript,
+        overflows=getattr(source, "overflows", 0),
+    )
+
+
+__all__ = [
+    "BlockSource",
+    "ListenOptions",
+    "ListenResult",
+    "SttLoader",
+    "ctrl_c_ends",
+    "listen",
+    "process_started_at",
+    "record",
+]

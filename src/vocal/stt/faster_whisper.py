@@ -1,0 +1,254 @@
+"""The faster-whisper engine: Whisper on CTranslate2, int8, greedy (beam 1), on the CPU.
+
+Settings measured for short turns on 2 cores (DESIGN.md): int8 weights and beam 1;
+`without_timestamps` and no conditioning on previous text, since a turn is one short
+utterance; no VAD filter, since vocal endpointed the audio already. Loaded models are kept per
+process (`_MODELS`): the model is loaded once however many turns a process transcribes.
+
+A shorter encoder window for short turns: faster-whisper pads every clip to Whisper's 30 s
+window, and the encoder's cost on those 3000 frames is most of a short turn's transcription
+(measured here on tiny.en int8: encode 1.1 s for 3000 frames, 0.15-0.2 s for 1000, decoding
+0.1-0.3 s). CTranslate2's encoder takes fewer frames, so an utterance of up to
+`SHORT_WINDOW_MAX_S` is encoded in a window of its own length plus a second, at least
+`SHORT_WINDOW_MIN_S` (as whisper.cpp's `audio_ctx` does). Below ~8 s Whisper starts to loop on
+one-word clips ("Stop." came out as 223 words with a 5 s window; none did at 8 s or more on
+11 test phrases, which were otherwise transcribed word for word as with 30 s). A decode that
+looks like a loop (compression ratio over 2.4, or as many tokens as the cap allows) or like
+silence is not trusted: the clip is transcribed again the usual way, with the 30 s window.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from vocal.errors import EngineError
+from vocal.stt import Transcript
+from vocal.stt.models import (
+    EMBEDDED_MODEL,
+    choose_language,
+    embedded_model_path,
+    first_line,
+    hub_snapshot,
+    local_model_dir,
+    looks_like_path,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from vocal.audio import Audio
+
+#: Utterances up to this long get a short encoder window (see the module docstring).
+SHORT_WINDOW_MAX_S = 20.0
+#: The shortest encoder window: 8 s was the least with no loop on the test phrases; 10 s
+#: leaves a margin.
+SHORT_WINDOW_MIN_S = 10
+#: Whisper's own limits: compression ratio of a looping decode, log-probability and
+#: no-speech probability of silence (openai/whisper transcribe.py defaults).
+COMPRESSION_RATIO_MAX = 2.4
+NO_SPEECH_PROB = 0.6
+LOG_PROB_MIN = -1.0
+
+#: (model directory, compute type, threads) -> loaded WhisperModel, for this process.
+_MODELS: dict[tuple[str, str, int], Any] = {}
+_MODELS_LOCK = threading.Lock()
+#: What a CTranslate2 Whisper directory must hold to load offline (faster-whisper fetches the
+#: tokenizer from the hub when tokenizer.json is missing).
+REQUIRED_FILES = ("model.bin", "tokenizer.json")
+HUB_FILES = [
+    "config.json",
+    "preprocessor_config.json",
+    "model.bin",
+    "tokenizer.json",
+    "vocabulary.*",
+]
+
+
+def token_cap(duration_s: float) -> int:
+    """The most tokens a short-window decode may take: speech runs at 2-4 tokens a second, so
+    a decode that reaches this is a loop."""
+    return 16 + round(8 * duration_s)
+
+
+def resolve_model_dir(model: str) -> Path:
+    """The CTranslate2 directory for `model`: embedded, local, or downloaded (EngineError)."""
+    if model == EMBEDDED_MODEL:
+        embedded = embedded_model_path()
+        if embedded is not None:
+            return embedded
+    if looks_like_path(model):
+        return local_model_dir(model, required=REQUIRED_FILES)
+    from faster_whisper.utils import _MODELS as KNOWN  # name -> hub repository
+
+    if "/" in model:
+        repo_id = model
+    elif model in KNOWN:
+        repo_id = KNOWN[model]
+    else:
+        raise EngineError(
+            f"unknown Whisper model {model!r}",
+            hint=f"a path to a CTranslate2 model directory, a hub id, or one of {', '.join(KNOWN)}",
+        )
+    return local_model_dir(
+        str(hub_snapshot(repo_id, allow_patterns=HUB_FILES, what=f"the Whisper model {model}")),
+        required=REQUIRED_FILES,
+    )
+
+
+def _load(model_dir: Path, compute_type: str, cpu_threads: int) -> Any:
+    key = (str(model_dir), compute_type, cpu_threads)
+    with _MODELS_LOCK:
+        if key not in _MODELS:
+            from faster_whisper import WhisperModel
+
+            try:
+                _MODELS[key] = WhisperModel(
+                    str(model_dir), device="cpu", compute_type=compute_type, cpu_threads=cpu_threads
+                )
+            except Exception as exc:  # ctranslate2 raises RuntimeError/ValueError for bad files
+                raise EngineError(
+                    f"cannot load the Whisper model in {model_dir}: {first_line(exc)}",
+                    hint="the directory may be corrupt: download it again or point --model "
+                    "elsewhere",
+                ) from None
+        return _MODELS[key]
+
+
+class FasterWhisperEngine:
+    """Whisper through faster-whisper (CTranslate2): int8 on the CPU, greedy decoding.
+
+    Args:
+        model: "tiny.en" (the embedded default), another model name (downloaded once), a hub
+            id "org/repo", or a path to a CTranslate2 Whisper directory.
+        language: a language code, or None/"auto" to detect (multilingual models only).
+        compute_type: CTranslate2 compute type; int8 is fastest on CPUs.
+        beam_size: 1 is greedy decoding, the fastest.
+        cpu_threads: 0 lets CTranslate2 choose.
+    """
+
+    name = "faster-whisper"
+
+    def __init__(
+        self,
+        model: str = EMBEDDED_MODEL,
+        *,
+        language: str | None = "en",
+        compute_type: str = "int8",
+        beam_size: int = 1,
+        cpu_threads: int = 0,
+    ) -> None:
+        started = time.perf_counter()
+        self.model_name = model
+        self.model_dir = resolve_model_dir(model)
+        self._model = _load(self.model_dir, compute_type, cpu_threads)
+        self.multilingual = bool(self._model.model.is_multilingual)
+        self.language = choose_language(model, self.multilingual, language)
+        self.beam_size = beam_size
+        #: Encode short turns in a short window (module docstring); False always uses 30 s.
+        self.short_window = True
+        self.load_s = time.perf_counter() - started
+
+    def transcribe(self, audio: Audio) -> Transcript:
+        """Transcribe `audio` (any rate and channel count; resampled to 16 kHz mono)."""
+        samples = audio.for_stt().mono_samples
+        started = time.perf_counter()
+        duration_s = samples.shape[0] / 16_000
+        if self.short_window and self.language and duration_s <= SHORT_WINDOW_MAX_S:
+            short = self._transcribe_short(samples)
+            if short is not None:
+                text, window_s, no_speech_prob = short
+                return Transcript(
+                    text=text,
+                    language=self.language,
+                    duration_s=duration_s,
+                    transcribe_s=time.perf_counter() - started,
+                    segments=[
+                        {
+                            "start": 0.0,
+                            "end": duration_s,
+                            "text": text,
+                            "no_speech_prob": no_speech_prob,
+                            "window_s": window_s,
+                        }
+                    ]
+                    if text
+                    else [],
+                )
+        return self._transcribe_full(samples, started)
+
+    def _transcribe_short(self, samples: np.ndarray) -> tuple[str, float, float] | None:
+        """(text, window, no-speech probability) from a window fitted to the clip, or None
+        when the decode is not to be trusted (a loop) and the 30 s window must decide."""
+        import ctranslate2
+        import numpy as np
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_compression_ratio, get_suppressed_tokens
+
+        model = self._model
+        features = model.feature_extractor(samples)  # (80, frames), 100 frames a second
+        frames = features.shape[-1]
+        window = min(3000, max(SHORT_WINDOW_MIN_S * 100, -(-(frames + 100) // 100) * 100))
+        features = np.pad(features, ((0, 0), (0, max(0, window - frames))))[:, :window]
+        encoded = model.model.encode(
+            ctranslate2.StorageView.from_array(np.ascontiguousarray(features[None])),
+            to_cpu=False,
+        )
+        tokenizer = Tokenizer(
+            model.hf_tokenizer, self.multilingual, task="transcribe", language=self.language
+        )
+        prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        cap = token_cap(samples.shape[0] / 16_000)
+        result = model.model.generate(
+            encoded,
+            [prompt],
+            beam_size=self.beam_size,
+            max_length=len(prompt) + cap,
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
+        )[0]
+        tokens = result.sequences_ids[0]
+        text = tokenizer.decode(tokens).strip()
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        if len(tokens) >= cap or get_compression_ratio(text) > COMPRESSION_RATIO_MAX:
+            return None
+        if result.no_speech_prob > NO_SPEECH_PROB and avg_logprob < LOG_PROB_MIN:
+            text = ""  # Whisper's own rule for a window with nobody speaking in it
+        if not any(c.isalnum() for c in text):
+            text = ""  # "." or "..." for silence or noise is no words
+        return text, window / 100, float(result.no_speech_prob)
+
+    def _transcribe_full(self, samples: np.ndarray, started: float) -> Transcript:
+        """faster-whisper's own transcription, 30 s windows."""
+        segments, info = self._model.transcribe(
+            samples,
+            language=self.language,
+            beam_size=self.beam_size,
+            temperature=0.0,
+            condition_on_previous_text=False,
+            without_timestamps=True,
+            vad_filter=False,
+        )
+        kept = [
+            {
+                "start": s.start,
+                "end": s.end,
+                "text": s.text.strip(),
+                "no_speech_prob": s.no_speech_prob,
+            }
+            for s in segments  # a generator: decoding happens here
+        ]
+        text = " ".join(s["text"] for s in kept if s["text"]).strip()
+        if not any(c.isalnum() for c in text):
+            text = ""
+        return Transcript(
+            text=text,
+            language=info.language,
+            duration_s=samples.shape[0] / 16_000,
+            transcribe_s=time.perf_counter() - started,
+            segments=kept,
+        )
