@@ -21,12 +21,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from vocal.audio import Audio, read_wav, write_wav
 from vocal.errors import DeviceError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported where it is used, not here: `vocal listen` opens the microphone before
+# numpy has loaded (~150 ms), so recording starts sooner (issue 3: process start -> mic open).
 
 PORTAUDIO_HINT = (
     "install PortAudio: `sudo apt-get install libportaudio2` on Debian/Ubuntu, "
@@ -44,7 +47,7 @@ DEFAULT_INPUT_BLOCK_FRAMES = 512
 #: How much played audio the reference keeps: long enough for a whole reply.
 DEFAULT_REFERENCE_S = 600.0
 
-BlockHook = Callable[[np.ndarray], None]
+BlockHook = Callable[["np.ndarray"], None]
 
 
 _alsa_error_handler: Any = None
@@ -167,12 +170,18 @@ def _start_stream(
     sample_rate: int,
     block_frames: int,
     callback: Callable[..., None],
+    *,
+    raw: bool = False,
     **extra: Any,
 ) -> Any:
-    """Open and start a mono float32 low-latency input or output stream."""
+    """Open and start a mono float32 low-latency input or output stream (`raw`: an input
+    stream that hands the callback a buffer, not a numpy array)."""
     sd = sounddevice()
     index = resolve_device(device, kind)
-    factory = sd.InputStream if kind == "input" else sd.OutputStream
+    if kind == "input":
+        factory = sd.RawInputStream if raw else sd.InputStream
+    else:
+        factory = sd.OutputStream
     try:
         stream = factory(
             samplerate=sample_rate,
@@ -212,6 +221,8 @@ class ReferenceBuffer:
     """
 
     def __init__(self, capacity_frames: int) -> None:
+        import numpy as np
+
         self._ring = np.zeros(max(1, capacity_frames), np.float32)
         self.total_frames = 0
 
@@ -235,6 +246,8 @@ class ReferenceBuffer:
 
     def read(self, start: int = 0, stop: int | None = None) -> np.ndarray:
         """A copy of frames [start, stop) of everything played; raises if no longer held."""
+        import numpy as np
+
         stop = self.total_frames if stop is None else min(stop, self.total_frames)
         cap = self._ring.shape[0]
         if start < self.total_frames - cap:
@@ -313,6 +326,8 @@ class Player:
     # producer side
     def play(self, samples: np.ndarray) -> None:
         """Queue mono samples at `sample_rate` for playback."""
+        import numpy as np
+
         block = np.ascontiguousarray(samples, dtype=np.float32).reshape(-1)
         if block.shape[0]:
             self._queued_frames += block.shape[0]
@@ -454,6 +469,9 @@ class Microphone:
     Iterate `blocks()` (or call `read()`) from the consumer thread. `overflows` counts blocks the
     device reported lost; `on_block`, if given, runs in the callback on the raw block (AEC's
     capture stream) and returns the samples to queue.
+
+    Without `on_block` the stream is a RawInputStream whose callback queues bytes, turned into
+    numpy arrays by `read()`: the microphone can then open before numpy is imported.
     """
 
     def __init__(
@@ -474,9 +492,11 @@ class Microphone:
         self.opened_at_s: float | None = None
 
     def open(self) -> Microphone:
+        raw = self._on_block is None
         self._stream = _start_stream(
-            "input", self._device, self.sample_rate, self.block_frames, self._callback
-        )
+            "input", self._device, self.sample_rate, self.block_frames,
+            self._raw_callback if raw else self._callback, raw=raw,
+        )  # fmt: skip
         self.opened_at_s = time.monotonic()
         return self
 
@@ -499,12 +519,22 @@ class Microphone:
             block = self._on_block(block)
         self._queue.put(Block(block, time.monotonic()))
 
+    def _raw_callback(self, indata: Any, frames: int, _time: Any, status: Any) -> None:
+        if status.input_overflow:
+            self.overflows += 1
+        self._queue.put(Block(bytes(indata), time.monotonic()))
+
     def read(self, timeout_s: float | None = None) -> Block | None:
         """The next block, or None when closed (or after `timeout_s` with nothing captured)."""
         try:
-            return self._queue.get(timeout=timeout_s)
+            block = self._queue.get(timeout=timeout_s)
         except queue.Empty:
             return None
+        if block is not None and isinstance(block.samples, bytes):
+            import numpy as np
+
+            block = Block(np.frombuffer(block.samples, np.float32).copy(), block.captured_at_s)
+        return block
 
     def blocks(self, timeout_s: float = 2.0) -> Iterator[Block]:
         """Captured blocks until `close()`; a device that delivers nothing for `timeout_s`
@@ -528,6 +558,8 @@ class WavSource:
         self.sample_rate = sample_rate
         self.block_frames = block_frames
         self.overflows = 0
+        from vocal.audio import read_wav
+
         self.audio = read_wav(self.path).to_mono().resample(sample_rate)
         self.opened_at_s: float | None = None
 
@@ -545,6 +577,8 @@ class WavSource:
         self.close()
 
     def blocks(self, timeout_s: float = 2.0) -> Iterator[Block]:
+        import numpy as np
+
         samples = self.audio.mono_samples
         n = self.block_frames
         for start in range(0, samples.shape[0], n):
@@ -583,6 +617,8 @@ class WavSink:
         self.close()
 
     def play(self, samples: np.ndarray) -> None:
+        import numpy as np
+
         if not self._stopped:
             self._parts.append(np.asarray(samples, np.float32).reshape(-1) * self.volume)
 
@@ -609,6 +645,10 @@ class WavSink:
     def _write(self) -> None:
         if self._done.is_set():
             return
+        import numpy as np
+
+        from vocal.audio import Audio, write_wav
+
         samples = np.concatenate(self._parts) if self._parts else np.zeros(0, np.float32)
         write_wav(self.path, Audio(samples, self.sample_rate))
         self._done.set()

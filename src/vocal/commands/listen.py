@@ -66,11 +66,11 @@ def listen(
     made out), 5 no microphone or the speech engine/model is unavailable, 130 Ctrl-C before
     anyone spoke (or pressed twice).
     """
-    # The microphone opens first: everything else loads while it records (a turn is a process).
+    # The microphone opens first: everything else (numpy, the VAD, Whisper) loads while it
+    # records, since a turn is a process (vocal.devices imports no numpy for this).
     from vocal.config import load_settings
     from vocal.devices import Microphone, WavSource
     from vocal.errors import UsageError
-    from vocal.vad import EndpointOptions
 
     settings = load_settings(
         silence_ms=silence_ms,
@@ -81,6 +81,13 @@ def listen(
         language=language,
         input_device=device,
     )
+    if input_file is not None:
+        source = WavSource(input_file).open()
+    else:
+        source = Microphone(device=settings.input_device).open()
+
+    from vocal.vad import EndpointOptions
+
     try:
         endpoint = EndpointOptions(
             min_silence_ms=settings.silence_ms,
@@ -88,11 +95,8 @@ def listen(
             no_speech_timeout_s=settings.no_speech_timeout_s,
         )
     except ValueError as exc:  # a bad value from VOCAL_* or config.toml
+        source.close()
         raise UsageError(f"bad listening setting: {exc}") from None
-    if input_file is not None:
-        source = WavSource(input_file).open()
-    else:
-        source = Microphone(device=settings.input_device).open()
 
     import sys
     import threading
