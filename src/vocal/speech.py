@@ -126,10 +126,7 @@ def check_speech(samples: np.ndarray, sample_rate: int) -> str | None:
 # -- the output and its boundaries -------------------------------------------------------------
 def _consumed_frames(player: Any) -> int:
     """Frames of queued audio the player has sent to the device (not counting silence)."""
-    consumed = getattr(player, "consumed_frames", None)
-    if consumed is None:  # vocal.devices.Player before it exposes consumed_frames
-        consumed = player._consumed
-    return int(consumed)
+    return int(player.consumed_frames)
 
 
 class FrameTracker:
@@ -204,23 +201,11 @@ def flush_output(output: Any, *, resume: bool = True) -> int:
     running; returns the frames dropped. With `resume=False` a Player is left paused, so the
     caller can queue new audio before it plays on (a finishing Player would otherwise end).
     """
-    if not hasattr(output, "_chunks"):  # a WavSink: everything is "played" at once
+    if not hasattr(output, "flush"):  # a WavSink: everything is "played" at once
         return 0
-    # vocal.devices.Player has no flush() yet: pause so the callback stops touching the queue,
-    # wait out one callback, drop the queue, count the dropped frames as consumed, resume.
     was_paused = output.paused
     output.pause()
-    if hasattr(output, "flush"):
-        dropped = int(output.flush())
-    else:
-        time.sleep(2 * output.block_frames / output.sample_rate + 0.005)
-        dropped = 0
-        if output._current is not None:
-            dropped += output._current.shape[0] - output._offset
-            output._current = None
-        while output._chunks:
-            dropped += output._chunks.popleft().shape[0]
-        output._consumed += dropped
+    dropped = int(output.flush())  # the dropped frames count as consumed (Player.flush)
     if resume and not was_paused:
         output.resume()
     return dropped
@@ -271,6 +256,8 @@ class SpeechResult:
     first_audio_at_s: float | None = None
     finished_at_s: float | None = None
     stopped: bool = False
+    #: The turn it was spoken in (`vocal speak` to the speaker), else None.
+    turn: TurnOutcome | None = None
 
     @property
     def played(self) -> list[SentenceRecord]:
@@ -332,6 +319,7 @@ class SpeechResult:
                 "finished": self.finished_at_s,
             },
             "detail": [s.to_dict(self.sample_rate) for s in self.sentences],
+            "turn": self.turn.to_dict() if self.turn is not None else None,
         }
 
 
@@ -358,6 +346,9 @@ class Speech:
         report: where warnings go (default: stderr).
         keep_audio: keep each played sentence's samples (for history and skip-back).
         started_at_s: time.monotonic() when the text was known (default: now).
+        on_sentence: called with (record, samples at the output's rate) from the feeder thread
+            when a sentence goes to the output for the first time (a turn's history records
+            it there); not again when a skip queues it anew.
     """
 
     def __init__(
@@ -373,8 +364,10 @@ class Speech:
         report: Report | None = _stderr,
         keep_audio: bool = False,
         started_at_s: float | None = None,
+        on_sentence: Callable[[SentenceRecord, np.ndarray], None] | None = None,
     ) -> None:
         self._engine_or_loader = engine
+        self._on_sentence = on_sentence
         self._utterances = list(utterances)
         self.speed = speed
         self.check = check
@@ -606,11 +599,14 @@ class Speech:
             record.started_at_s = time.monotonic()
         self._queued_frames += samples.shape[0]
         record.frames = samples.shape[0]
+        first_time = not record.played
         record.played = True
         self._in_output.append(ready)
         self.output.play(samples)
         if self.keep_audio:
             self.audio[record.index] = samples
+        if first_time and self._on_sentence is not None:
+            self._on_sentence(record, samples)
 
     def _settle(self) -> None:
         """Copy resolved boundaries into records; retire sentences that have finished."""
@@ -706,14 +702,24 @@ def resolve_voice(
     `voice` may be "ENGINE:VOICE". With an engine named (flag, VOCAL_TTS_ENGINE or config), the
     voice is that engine's and the engine checks it. With none, a voice of the default engine
     is used as is, else the first local engine that has a voice of that name (`--voice en-gb`
-    picks espeak-ng). Stored cloned voices (vocal.voices, issue 5) are to be looked up here
-    first, before built-in ones.
+    picks espeak-ng). A stored voice (`vocal voices add`) comes first, before any engine's
+    built-in voice of that name: it speaks through the chatterbox engine, and the voice is the
+    path of its reference clip; its cloning weights must be there (else an `EngineError`,
+    exit 5, naming the missing files and how to get them, rather than another voice).
     """
     from vocal.tts import canonical_name, unknown_voice, voice_names
 
     if voice is not None and ":" in voice and not voice.startswith(("/", ".", "~")):
         prefix, _, rest = voice.partition(":")
         return canonical_name(prefix), rest or None
+    # Stored voice names hold no ":" (vocal.voices.validate_voice_name). Looking at the
+    # directory first keeps `--voice en-gb` from importing the voice store.
+    if voice is not None and "/" not in voice and (settings.voices_dir / voice).is_dir():
+        from vocal.voices import stored_voice
+
+        found = stored_voice(voice, settings, engine=canonical_name(engine) if engine else None)
+        if found is not None:
+            return found
     name = canonical_name(engine or settings.tts_engine)
     if voice is None or engine is not None:
         return name, voice
@@ -775,6 +781,34 @@ class SpeakOptions:
     device: str | None = None
     quotes: bool = False
     check: bool = True
+    use_conch: bool = True  # take the floor for the audio (--no-conch: talk over others)
+    record: bool = True  # keep what is played in the history (`vocal replay`, skip_back)
+
+
+@dataclass
+class TurnOutcome:
+    """How a spoken turn went: the floor and what ended the speech.
+
+    `outcome` is "finished", "stopped" (`vocal control stop`), "skipped" (skip_forward: the
+    rest of the text is not spoken), "lost" (the floor was taken; `speak` then exits 3) or
+    "replayed" (skip_back: an utterance from the history was played instead of the rest).
+    """
+
+    outcome: str = "finished"
+    session: str | None = None
+    seq: int | None = None
+    waited_s: float | None = None
+    position_on_arrival: int | None = None
+    #: History ids of the utterances spoken (and of what a skip_back replayed), in order.
+    utterance_ids: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome, "session": self.session, "seq": self.seq,
+            "waited_s": round(self.waited_s, 4) if self.waited_s is not None else None,
+            "position_on_arrival": self.position_on_arrival,
+            "utterance_ids": self.utterance_ids,
+        }  # fmt: skip
 
 
 def speak(
@@ -786,11 +820,18 @@ def speak(
     started_at_s: float | None = None,
     on_start: Callable[[Speech], None] | None = None,
 ) -> SpeechResult | None:
-    """Speak `text` (or write it to `options.output`); None when the gates say silence.
+    """Speak `text` in a turn (or write it to `options.output`); None when the gates say silence.
 
-    Order matters for the first audio: gates first (muted costs nothing), then the engine loads
-    in the worker thread while this thread opens the audio output, so the two overlap.
-    `on_start` receives the running `Speech` (a control channel hooks stop/pause/skip there).
+    Order matters. Gates first: muted costs nothing, not even the conch. Then the voice is
+    resolved (a cloned voice without its weights fails here, exit 5, before any wait). The
+    engine loads and the first sentence is synthesized in the worker thread while this thread
+    takes the floor (`vocal.turn.Turn`: conch, control socket, history) and opens the output,
+    so the next speaker starts as soon as the floor is free. `on_start` receives the running
+    `Speech`.
+
+    Raises:
+        ConchBusy: the floor was not granted (callback mode, or the wait timed out): exit 3.
+        ConchLost: the floor was taken while speaking (`vocal conch bump`): exit 3.
     """
     from vocal.gates import read_gates
     from vocal.tts import engine_class
@@ -808,43 +849,29 @@ def speak(
             return None
         gain = gates.gain if gain is None else gain
     utterances = utterances_of(text, quotes=options.quotes)
-    name, voice = resolve_voice(options.voice or settings.voice, options.engine, settings)
+    wanted = options.voice or settings.voice
+    name, voice = resolve_voice(wanted, options.engine, settings)
     rate = engine_class(name).sample_rate
-    # While PortAudio initializes, sounddevice points fd 2 at /dev/null: an error reported
-    # meanwhile would vanish, so every failure below waits for the preload to finish first.
-    preload = preload_audio_backend() if options.output is None else None
-    try:
-        return _speak(utterances, name, voice, rate, gain, options, settings, report, started_at_s,
-                      on_start)  # fmt: skip
-    except BaseException:
-        if preload is not None:
-            preload.join(5.0)
-        raise
-
-
-def _speak(
-    utterances: list[str],
-    name: str,
-    voice: str | None,
-    rate: int,
-    gain: float | None,
-    options: SpeakOptions,
-    settings: Settings,
-    report: Report | None,
-    started_at_s: float,
-    on_start: Callable[[Speech], None] | None,
-) -> SpeechResult:
+    # A stored voice resolves to its reference clip's path: show and record its name.
+    stored = name == "chatterbox" and wanted is not None and ":" not in wanted and voice != wanted
+    shown = wanted if stored else voice
     speech = Speech(
-        engine_loader(name, voice, settings), utterances, engine_name=name, voice=voice,
+        engine_loader(name, voice, settings), utterances, engine_name=name, voice=shown,
         sample_rate=rate, speed=options.speed or settings.speed, check=options.check,
         report=report, started_at_s=started_at_s,
     )  # fmt: skip
+    if options.output is not None:  # a file is not the speaker: no floor, no history
+        return _speak_to_file(speech, rate, options, on_start)
+    return _speak_in_turn(speech, name, shown, rate, gain, options, settings, report, on_start)
+
+
+def _speak_to_file(
+    speech: Speech, rate: int, options: SpeakOptions, on_start: Callable[[Speech], None] | None
+) -> SpeechResult:
     speech.start()
     try:
-        output = open_speech_output(
-            rate, output=options.output, device=options.device or settings.output_device,
-            volume=1.0 if gain is None else gain,
-        )  # fmt: skip
+        gain = 1.0 if options.volume is None else options.volume
+        output = open_speech_output(rate, output=options.output, volume=gain)
     except BaseException as exc:
         speech.fail(exc)
         speech.join(2.0)
@@ -860,12 +887,178 @@ def _speak(
         raise
     finally:
         output.close()
+    _check_spoken(result)
+    return result
+
+
+class _HistoryWriter:
+    """Records each sentence in the turn's history as it goes to the output (feeder thread):
+    one history utterance per utterance of the text."""
+
+    def __init__(self, turn: Any, utterances: Sequence[str], voice: str | None, rate: int):
+        self.turn = turn
+        self.utterances = utterances
+        self.voice = voice
+        self.rate = rate
+        self.ids: list[int] = []
+        self._number: int | None = None
+        self._recording: Any = None
+        self._lock = threading.Lock()
+
+    def add(self, record: SentenceRecord, samples: np.ndarray) -> None:
+        with self._lock:
+            if record.utterance != self._number:
+                self._finish()
+                self._number = record.utterance
+                self._recording = self.turn.begin_utterance(
+                    text=self.utterances[record.utterance], voice=self.voice,
+                    sample_rate=self.rate,
+                )  # fmt: skip
+                self.ids.append(self._recording.utterance.id)
+            self._recording.append(samples)
+
+    def finish(self) -> None:
+        with self._lock:
+            self._finish()
+
+    def _finish(self) -> None:
+        if self._recording is not None:
+            self._recording.finish()
+            self._recording = None
+
+
+def _speak_in_turn(
+    speech: Speech,
+    name: str,
+    shown: str | None,
+    rate: int,
+    gain: float | None,
+    options: SpeakOptions,
+    settings: Settings,
+    report: Report | None,
+    on_start: Callable[[Speech], None] | None,
+) -> SpeechResult:
+    from vocal.turn import Turn
+
+    turn_outcome = TurnOutcome()
+    speech.result.turn = turn_outcome
+    writer: _HistoryWriter | None = None
+    if options.record:
+        # The turn does not exist yet: the writer is bound to it below, before any output.
+        writer = _HistoryWriter(None, speech._utterances, shown, rate)
+        speech._on_sentence = writer.add
+    # PortAudio initializes in a thread while numpy is imported here (see
+    # preload_audio_backend); synthesis starts now and overlaps the wait for the floor (the
+    # worker holds the first sentence until an output is attached, so a long wait wastes
+    # nothing more).
+    preload = preload_audio_backend()
+    speech.start()
+    try:
+        with Turn(settings, kind="speak", voice=shown, use_conch=options.use_conch,
+                  warm_audio=False, status=report or (lambda _m: None)) as turn:  # fmt: skip
+            held = turn.held
+            turn_outcome.session = turn.session
+            if held is not None:
+                turn_outcome.seq, turn_outcome.waited_s = held.seq, held.waited_s
+                turn_outcome.position_on_arrival = held.position_on_arrival
+            if turn.stopped.is_set():  # `vocal control stop` while waiting for the floor
+                turn_outcome.outcome = "stopped"
+                speech.stop()
+                speech.wait()
+                speech.result.stopped = True
+                return speech.result
+            if writer is not None:
+                writer.turn = turn
+            back = _play_in_turn(speech, turn, turn_outcome, rate, gain, options, settings,
+                                 on_start, writer)  # fmt: skip
+            if writer is not None:
+                turn_outcome.utterance_ids = list(writer.ids)
+            turn.check()  # the floor was lost: exit 3 (the output was silenced at once)
+            if back is not None:
+                # skip_back: the history walk chose an utterance (the first press: this one);
+                # play its PCM in this turn, where further skip_backs step on.
+                replayed = turn.play(back.audio(), record=False, utterance=back,
+                                     device=options.device or settings.output_device,
+                                     volume=1.0 if gain is None else gain)  # fmt: skip
+                turn_outcome.utterance_ids += [i for i in replayed.played_ids if i is not None]
+    except BaseException:
+        speech.stop()
+        speech.join(2.0)
+        raise
+    finally:
+        # Exiting while that thread is inside Pa_Initialize can crash the interpreter, and
+        # sounddevice points fd 2 at /dev/null meanwhile (an error printed then would vanish).
+        preload.join(5.0)
+    result = speech.result
+    if turn_outcome.outcome == "finished":
+        _check_spoken(result)
+    return result
+
+
+def _play_in_turn(
+    speech: Speech,
+    turn: Any,
+    turn_outcome: TurnOutcome,
+    rate: int,
+    gain: float | None,
+    options: SpeakOptions,
+    settings: Settings,
+    on_start: Callable[[Speech], None] | None,
+    writer: _HistoryWriter | None,
+) -> Any:
+    """Play the speech in `turn` until it ends; the utterance a skip_back chose, if any."""
+    try:
+        # turn.guard_block silences the output in the audio callback once the floor is lost.
+        output = open_speech_output(
+            rate, device=options.device or settings.output_device,
+            volume=1.0 if gain is None else gain, on_block=turn.guard_block,
+        )  # fmt: skip
+    except BaseException as exc:
+        speech.fail(exc)
+        speech.join(2.0)
+        raise
+    back = None
+    try:
+        turn.on("status", lambda _request: {"sentence": speech.status()})
+        # The turn's control handler acts on the output itself (stop, pause and resume land
+        # within one block from the socket's thread); the events then end the speech here.
+        turn.attach_output(output)
+        turn.set_state("playing")
+        speech.attach_output(output)
+        if on_start is not None:
+            on_start(speech)
+        while not speech.done:
+            try:
+                event = turn.events.get(timeout=_POLL_S * 4)
+            except queue.Empty:
+                continue
+            if event.cmd in ("stop", "lost", "skip_forward", "skip_back"):
+                turn_outcome.outcome = {"stop": "stopped", "lost": "lost",
+                                        "skip_forward": "skipped",
+                                        "skip_back": "replayed"}[event.cmd]  # fmt: skip
+                back = event.utterance if event.cmd == "skip_back" else None
+                speech.stop()
+        speech.wait()
+    except BaseException:
+        speech.stop()
+        speech.join(2.0)
+        raise
+    finally:
+        turn.attach_output(None)
+        turn.set_state("ready")
+        output.close()
+        if writer is not None:
+            writer.finish()
+    return back
+
+
+def _check_spoken(result: SpeechResult) -> None:
     if result.sentences and not result.played and not result.stopped:
         raise EngineError(
-            f"the {name} engine produced no speech: every sentence failed the speech check",
+            f"the {result.engine} engine produced no speech: every sentence failed the speech "
+            "check",
             hint="try another engine or voice with --engine / --voice",
         )
-    return result
 
 
 def process_started_at_s() -> float | None:
@@ -898,6 +1091,7 @@ __all__ = [
     "split_first_clause",
     "utterances_of",
     "SpeakOptions",
+    "TurnOutcome",
     "speak",
     "decode_input",
     "process_started_at_s",

@@ -37,17 +37,34 @@ def speak(
     device: str | None = typer.Option(
         None, "--device", envvar="VOCAL_OUTPUT_DEVICE", help="Output device index or name part."
     ),
+    no_conch: bool = typer.Option(
+        False, "--no-conch", help="Speak without taking the floor (may talk over other agents)."
+    ),
+    session: str | None = typer.Option(
+        None, "--session", help="Whose turn this is (default VOCAL_SESSION, else this process)."
+    ),
+    agent: str | None = typer.Option(
+        None, "--agent", help="A name for `vocal conch status` (default VOCAL_AGENT)."
+    ),
+    no_history: bool = typer.Option(False, "--no-history", help="Do not keep it for replay."),
     json_output: bool = typer.Option(False, "--json", help="Print timings and sentences as JSON."),
 ) -> None:
     """Say TEXT through the speaker: the next sentence is synthesized while one plays.
 
     Markdown, code, URLs and emoji are cleaned up first; lines with no Latin letter are skipped
     by English-only engines. `vocal mute` or `vocal volume 0` make this a no-op (exit 0) that
-    loads no engine; --output writes a file regardless.
+    loads no engine and takes no floor; --output writes a file regardless (no floor either).
 
-    Exit codes: 2 for empty text, binary stdin, an unknown voice or engine; 5 when the engine or
-    the audio output is unavailable (an HTTP engine that cannot be reached in time included);
-    130 on Ctrl-C (sound stops at once).
+    It takes the conch first (waits its turn; VOCAL_CONCH_MODE=callback returns at once with
+    exit 3 instead), answers `vocal control` stop/pause/resume/skip-forward (the rest of the
+    text is skipped)/skip-back (replays from the history) while it waits and speaks, and keeps
+    what it said in the history for `vocal replay`. A --voice stored with `vocal voices add`
+    speaks through the chatterbox cloning engine.
+
+    Exit codes: 2 for empty text, binary stdin, an unknown voice or engine; 3 when the floor is
+    not granted in time or is taken while speaking (`vocal conch bump`); 5 when the engine or
+    the audio output is unavailable (an HTTP engine that cannot be reached in time, or a cloned
+    voice without its weights, included); 130 on Ctrl-C or SIGTERM (sound stops at once).
     """
     import time
 
@@ -65,10 +82,10 @@ def speak(
     if text is None or text == "-":
         text = decode_input(sys.stdin.buffer.read())
         started_at_s = time.monotonic()
-    settings = load_settings()
+    settings = load_settings(session=session, agent=agent)
     options = SpeakOptions(
         engine=engine, voice=voice, speed=speed, volume=volume, output=output, device=device,
-        quotes=quotes,
+        quotes=quotes, use_conch=not no_conch, record=not no_history,
     )  # fmt: skip
     result = speak_text(text, options, settings, started_at_s=started_at_s)
     if result is not None and not result.sentences and not result.stopped:
