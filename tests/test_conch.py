@@ -49,7 +49,7 @@ def conch(**overrides: float) -> Conch:
     return Conch(settings.conch_dir, **overrides)
 
 
-def wait_until(predicate, timeout_s: float = 10.0, what: str = "condition") -> None:
+def wait_until(predicate, timeout_s: float = 30.0, what: str = "condition") -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
