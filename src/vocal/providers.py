@@ -22,7 +22,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from vocal.config import Settings
 
 from vocal.errors import EngineError, UsageError
 
@@ -194,3 +197,9 @@ __all__ = [
     "default_ladder",
     "parse_ladder",
 ]
+
+
+def forget_rung(settings: Settings, model: str) -> None:
+    """Drop what previous processes learnt about `model`'s providers (after new weights or
+    drivers, a rung that failed may work): the next process starts from the top."""
+    (settings.home / "providers" / f"{model}.json").unlink(missing_ok=True)
