@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from loopback import matched_fraction
 from speak_audio import Recorder, align, transcribe, wait_until
 from speech import word_error_rate
 
@@ -61,8 +62,11 @@ def test_recording_from_the_monitor_matches_the_synthesized_audio(hibari: TtsEng
     played = output.reference.read(first.start_frame, last.start_frame + last.frames)
     expected = resample(played, output.sample_rate, 16_000)
     recorded = recorder.samples()
-    lag, correlation = align(recorded, expected, max_lag=recorded.shape[0] - expected.shape[0])
-    assert correlation > 0.9, f"recording matches the synthesized audio only {correlation:.2f}"
+    lag, _ = align(recorded, expected, max_lag=recorded.shape[0] - expected.shape[0])
+    # Window by window, so an underrun on a loaded machine (a few ms of shift) costs only the
+    # windows it touches; 0.9 allows PulseAudio's resampler against ours.
+    matched = matched_fraction(recorded, expected, threshold=0.9)
+    assert matched > 0.85, f"only {matched:.0%} of the synthesized audio is in the recording"
     heard = transcribe(recorded[lag : lag + expected.shape[0]], 16_000)
     assert (
         word_error_rate("Please open the window in the kitchen. Then close the door.", heard)
