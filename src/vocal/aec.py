@@ -1,0 +1,473 @@
+"""Echo cancellation: WebRTC AEC3 through `livekit.rtc.AudioProcessingModule`.
+
+One APM for the whole process (`shared_apm`), fed in exact 10 ms frames: every block the output
+callback plays goes to `process_reverse_stream`, every block the input callback captures goes
+through `process_stream` and comes back cleaned. `EchoCanceller` holds that wiring; its two
+methods are the audio-callback hooks of `vocal.devices`:
+
+    aec = EchoCanceller(render_sample_rate=player_rate)
+    Player(player_rate, on_block=aec.render)       # the reverse (far-end) stream
+    Microphone(16_000, on_block=aec.capture)       # returns the cleaned block
+
+Why the callbacks (DESIGN.md): feeding the reference from a buffer in the capture thread put the
+reference after its echo and gave false barge-ins every time; in the callbacks the reference
+always reaches AEC3 before its echo is captured, and AEC3's delay estimator finds the rest.
+
+Blocks need not be multiples of 10 ms. Render remainders wait in a one-frame buffer. Captured
+samples come out `capture_delay_frames` late (160 - gcd(block, 160) at 16 kHz: 128 frames = 8 ms
+for vocal's 512-frame blocks, 0 for multiples of 160), the least delay that lets every block be
+returned whole and cleaned. All buffers are allocated once; the callbacks only copy into them.
+
+Output rates: AEC3 takes a reverse stream at another rate than the capture stream and resamples
+it internally, as long as a 10 ms frame is a whole number of samples. So a player at 24, 32,
+44.1 or 48 kHz feeds AEC3 its own 10 ms frames untouched (on the room harness 48 kHz gave the
+same ERLE as 16 kHz). Rates with no whole 10 ms frame (22 050 and 11 025 Hz: espeak-ng's and
+piper's) would make APM drop half a sample per frame and drift off the echo (offline ERLE fell
+from ~90 dB to ~25 dB), so their samples are repeated 2 or 4 times into 44.1 kHz frames. That
+sample-and-hold costs no latency and no allocation; its images above 11 kHz are removed by
+AEC3's own resampling to 16 kHz, and its droop (-0.5 dB at 8 kHz) is a fixed linear response
+the adaptive filter absorbs. A streaming resampler was the alternative, but soxr's delay
+(~330 samples at "MQ") would put the reference behind its echo on a low-latency output, which
+is the one thing AEC cannot recover from (DESIGN.md).
+
+`erle_db` and `convergence_time_s` measure what the canceller achieves (benchmarks/aec).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vocal.errors import EngineError
+
+#: AEC3 works on 10 ms frames, exactly.
+FRAME_MS = 10
+#: The capture rate vocal uses everywhere (VAD, Whisper) and the rate the reference is resampled
+#: to when the output rate has no whole 10 ms frame.
+CAPTURE_SAMPLE_RATE = 16_000
+
+_INT16_SCALE = 32768.0
+#: A played block whose peak is below this (-50 dBFS) is silence: the far end is quiet.
+RENDER_LOUD_PEAK = 10 ** (-50 / 20)
+#: A callback later than its block's duration plus this is a glitch: the stream stalled, the
+#: echo path moved, and AEC3 re-converges (~0.7 s measured on the room harness after a 130 ms
+#: output stall; PortAudio's underflow flag did not report it through ALSA's pulse plugin).
+CALLBACK_GLITCH_S = 0.04
+
+
+@dataclass(frozen=True)
+class AecOptions:
+    """How the process's APM is configured. Noise suppression and the high-pass filter are on:
+    DESIGN.md measured ~33 dB ERLE with AEC alone and ~45 dB with both."""
+
+    noise_suppression: bool = True
+    high_pass_filter: bool = True
+    auto_gain_control: bool = False
+
+
+_apm_lock = threading.Lock()
+_apm: Any = None
+_apm_options: AecOptions | None = None
+
+
+def shared_apm(options: AecOptions = AecOptions()) -> Any:
+    """The process's one `AudioProcessingModule` (created on first use, ~0.3 s to import
+    livekit: start it off the critical path). Its adaptive filter carries over from sentence to
+    sentence, so the canceller converges once per process, not once per sentence."""
+    global _apm, _apm_options
+    with _apm_lock:
+        if _apm is None:
+            try:
+                from livekit.rtc.apm import AudioProcessingModule
+            except ImportError as exc:  # pragma: no cover - livekit is a hard dependency
+                raise EngineError(
+                    f"echo cancellation needs livekit ({exc})", hint="pip install livekit"
+                ) from None
+            _apm = AudioProcessingModule(
+                echo_cancellation=True,
+                noise_suppression=options.noise_suppression,
+                high_pass_filter=options.high_pass_filter,
+                auto_gain_control=options.auto_gain_control,
+            )
+            _apm_options = options
+        elif options != _apm_options:
+            raise ValueError(f"the process's APM already runs with {_apm_options}")
+        return _apm
+
+
+def _reset_shared_apm() -> None:
+    """Forget the process's APM (tests and benchmarks that need a fresh, unconverged one)."""
+    global _apm, _apm_options
+    with _apm_lock:
+        _apm, _apm_options = None, None
+
+
+def _frame_frames(sample_rate: int) -> int | None:
+    """Samples in 10 ms at `sample_rate`, or None when that is not a whole number."""
+    return sample_rate // 100 if sample_rate % 100 == 0 else None
+
+
+#: Largest sample repetition used to reach a rate with whole 10 ms frames (11 025 Hz needs 4).
+_MAX_REPEAT = 8
+
+
+def _repeat_factor(sample_rate: int) -> int | None:
+    """The least k with a whole 10 ms frame at k * sample_rate (1 for 16 kHz, 2 for 22 050)."""
+    k = 100 // math.gcd(sample_rate, 100)
+    return k if k <= _MAX_REPEAT else None
+
+
+class _Frame:
+    """One preallocated 10 ms int16 frame in the form `process_*_stream` takes."""
+
+    def __init__(self, sample_rate: int) -> None:
+        from livekit.rtc.audio_frame import AudioFrame
+
+        self.frames = sample_rate // 100
+        self.buffer = bytearray(self.frames * 2)
+        self.int16 = np.frombuffer(self.buffer, np.int16)  # a writable view of `buffer`
+        self.scratch = np.zeros(self.frames, np.float32)
+        self.audio_frame = AudioFrame(self.buffer, sample_rate, 1, self.frames)
+
+    def load(self, samples: np.ndarray) -> None:
+        """float32 in [-1, 1] -> int16, clipped, without allocating."""
+        np.multiply(samples, _INT16_SCALE, out=self.scratch)
+        np.clip(self.scratch, -32768.0, 32767.0, out=self.scratch)
+        self.int16[:] = self.scratch
+
+    def unload(self, out: np.ndarray) -> None:
+        np.multiply(self.int16, 1.0 / _INT16_SCALE, out=out)
+
+
+class RenderActivity:
+    """When the far end (what the speaker plays) was loud, from the output callback's view.
+
+    Times are `time.monotonic()` when the block was handed to the device (it is heard one
+    output latency later). Barge-in inhibits on these: the canceller converges from the first
+    loud block (`first_loud_s`), and the room's tail rings on after the far end turns quiet
+    (`quiet_since_s`, None while it is loud). Written by one thread, read by another: each field
+    is one float store.
+    """
+
+    def __init__(self) -> None:
+        self.first_loud_s: float | None = None
+        self.last_loud_s: float | None = None
+        self.quiet_since_s: float | None = None
+
+    def update(self, block: np.ndarray, now_s: float) -> None:
+        """Note one played block (in the output callback: max/min allocate nothing)."""
+        if block.shape[0] == 0:
+            return
+        if max(float(block.max()), -float(block.min())) >= RENDER_LOUD_PEAK:
+            if self.first_loud_s is None:
+                self.first_loud_s = now_s
+            self.last_loud_s = now_s
+            self.quiet_since_s = None
+        elif self.last_loud_s is not None and self.quiet_since_s is None:
+            self.quiet_since_s = now_s
+
+    @property
+    def playing(self) -> bool:
+        """The far end has been loud and is loud now."""
+        return self.last_loud_s is not None and self.quiet_since_s is None
+
+
+class EchoCanceller:
+    """The callback-side wiring of the process's APM: `render` for what is played, `capture`
+    for what is recorded.
+
+    `render` runs in the output callback, `capture` in the input callback (two threads: each
+    method touches only its own buffers; livekit's FFI keeps the APM behind a mutex). Neither
+    raises: an APM error is counted in `errors` and the block passes through unchanged, because
+    an exception in a PortAudio callback would kill the stream.
+
+    Args:
+        render_sample_rate: the Player's rate.
+        capture_sample_rate: the Microphone's rate (16 kHz in vocal).
+        options: the APM's configuration (must match the process's APM if one exists).
+        stream_delay_ms: a hint for AEC3 (`set_stream_delay_ms`); AEC3 estimates the delay
+            itself, so None (no hint) is the default.
+        glitch_slack_s: how much later than its block's duration a callback may come before it
+            counts as a glitch (`glitches`). A stream with a deep buffer absorbs stalls up to
+            that buffer's length: pass about its latency.
+        apm: an APM to use instead of the process's (tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        render_sample_rate: int = CAPTURE_SAMPLE_RATE,
+        capture_sample_rate: int = CAPTURE_SAMPLE_RATE,
+        options: AecOptions = AecOptions(),
+        stream_delay_ms: int | None = None,
+        glitch_slack_s: float = CALLBACK_GLITCH_S,
+        apm: Any = None,
+    ) -> None:
+        if _frame_frames(capture_sample_rate) is None:
+            raise ValueError(f"capture rate {capture_sample_rate} Hz has no whole 10 ms frame")
+        self.apm = apm if apm is not None else shared_apm(options)
+        self.render_sample_rate = render_sample_rate
+        self.capture_sample_rate = capture_sample_rate
+        self.stream_delay_ms = stream_delay_ms
+        self.errors = 0
+        self.last_error: str | None = None
+        self.render_frames = 0  # 10 ms frames given to the reverse stream
+        self.activity = RenderActivity()
+        #: Callbacks that came late (see CALLBACK_GLITCH_S), output and input.
+        self.glitch_slack_s = glitch_slack_s
+        self.render_glitches = 0
+        self.capture_glitches = 0
+        self._last_render_s: float | None = None
+        self._last_capture_s: float | None = None
+        self.capture_frames = 0  # 10 ms frames cleaned
+        # Render: a rate with a whole 10 ms frame goes to AEC3 as it is; 22 050 and 11 025 Hz
+        # with each sample repeated (see the module docstring); anything odder through soxr.
+        self._resampler: Any = None
+        self._repeat = _repeat_factor(render_sample_rate) or 1
+        self._repeated = np.zeros(0, np.float32)
+        if _repeat_factor(render_sample_rate) is None:
+            import soxr
+
+            self._resampler = soxr.ResampleStream(
+                render_sample_rate, CAPTURE_SAMPLE_RATE, 1, dtype="float32", quality="QQ"
+            )
+            self._render = _Frame(CAPTURE_SAMPLE_RATE)
+        else:
+            self._render = _Frame(render_sample_rate * self._repeat)
+        self._render_pending = np.zeros(self._render.frames, np.float32)
+        self._render_fill = 0
+        # Capture: raw samples wait in `_capture_pending` for a whole frame; cleaned ones wait in
+        # the ring until the callback hands them back `capture_delay_frames` late.
+        self._capture = _Frame(capture_sample_rate)
+        self._capture_pending = np.zeros(self._capture.frames, np.float32)
+        self._capture_fill = 0
+        self._cleaned = np.zeros(self._capture.frames, np.float32)
+        self._ring = np.zeros(0, np.float32)
+        self._ring_read = 0
+        self._ring_count = 0
+        self.capture_delay_frames: int | None = None  # fixed by the first captured block
+        self.capture_shortfalls = 0  # blocks that had to be padded (block size changed)
+
+    # -- the output callback ------------------------------------------------------------------
+    def render(self, block: np.ndarray) -> None:
+        """Give one played block (mono float32, any length) to AEC3's reverse stream."""
+        try:
+            now = time.monotonic()
+            last, self._last_render_s = self._last_render_s, now
+            if last is not None and now - last > (
+                block.shape[0] / self.render_sample_rate + self.glitch_slack_s
+            ):
+                self.render_glitches += 1
+            self.activity.update(block, now)
+            if self._resampler is not None:
+                block = self._resampler.resample_chunk(block)
+            elif self._repeat > 1:
+                block = self._repeat_block(block)
+            self._feed_render(block)
+        except Exception as exc:  # never let an APM error kill the output stream
+            self._count_error(exc)
+
+    def _repeat_block(self, block: np.ndarray) -> np.ndarray:
+        k, n = self._repeat, block.shape[0]
+        if self._repeated.shape[0] < n * k:  # once per larger block size
+            self._repeated = np.zeros(n * k, np.float32)
+        out = self._repeated[: n * k]
+        for j in range(k):
+            out[j::k] = block
+        return out
+
+    def _feed_render(self, block: np.ndarray) -> None:
+        frame, pending = self._render, self._render_pending
+        size, n, pos = frame.frames, block.shape[0], 0
+        while pos < n:
+            take = min(size - self._render_fill, n - pos)
+            pending[self._render_fill : self._render_fill + take] = block[pos : pos + take]
+            self._render_fill += take
+            pos += take
+            if self._render_fill == size:
+                frame.load(pending)
+                self.apm.process_reverse_stream(frame.audio_frame)
+                self._render_fill = 0
+                self.render_frames += 1
+
+    # -- the input callback -------------------------------------------------------------------
+    def capture(self, block: np.ndarray) -> np.ndarray:
+        """Clean one captured block (mono float32) in place and return it.
+
+        The returned samples are the cleaned signal `capture_delay_frames` behind the input.
+        """
+        n = block.shape[0]
+        now = time.monotonic()
+        last, self._last_capture_s = self._last_capture_s, now
+        if last is not None and now - last > n / self.capture_sample_rate + self.glitch_slack_s:
+            self.capture_glitches += 1
+        if self.capture_delay_frames is None:
+            size = self._capture.frames
+            self.capture_delay_frames = size - math.gcd(n, size)
+            self._ring = np.zeros(n + 2 * size, np.float32)
+            self._ring_count = self.capture_delay_frames  # start with that much silence
+        try:
+            self._feed_capture(block)
+        except Exception as exc:
+            self._count_error(exc)
+            return block
+        self._pop(block)
+        return block
+
+    def _feed_capture(self, block: np.ndarray) -> None:
+        frame, pending = self._capture, self._capture_pending
+        size, n, pos = frame.frames, block.shape[0], 0
+        while pos < n:
+            take = min(size - self._capture_fill, n - pos)
+            pending[self._capture_fill : self._capture_fill + take] = block[pos : pos + take]
+            self._capture_fill += take
+            pos += take
+            if self._capture_fill == size:
+                frame.load(pending)
+                if self.stream_delay_ms is not None:
+                    self.apm.set_stream_delay_ms(self.stream_delay_ms)
+                self.apm.process_stream(frame.audio_frame)
+                frame.unload(self._cleaned)
+                self._push(self._cleaned)
+                self._capture_fill = 0
+                self.capture_frames += 1
+
+    def _push(self, samples: np.ndarray) -> None:
+        n, cap = samples.shape[0], self._ring.shape[0]
+        if self._ring_count + n > cap:  # a larger block than the first: grow (rare)
+            self._ring = np.concatenate([self._read_ring(self._ring_count), np.zeros(cap + n)])
+            self._ring = self._ring.astype(np.float32)
+            self._ring_read = 0
+            cap = self._ring.shape[0]
+        start = (self._ring_read + self._ring_count) % cap
+        first = min(n, cap - start)
+        self._ring[start : start + first] = samples[:first]
+        self._ring[: n - first] = samples[first:]
+        self._ring_count += n
+
+    def _read_ring(self, n: int) -> np.ndarray:
+        cap = self._ring.shape[0]
+        idx = (self._ring_read + np.arange(n)) % cap
+        return self._ring[idx]
+
+    def _pop(self, out: np.ndarray) -> None:
+        n, cap = out.shape[0], self._ring.shape[0]
+        have = min(n, self._ring_count)
+        first = min(have, cap - self._ring_read)
+        out[:first] = self._ring[self._ring_read : self._ring_read + first]
+        out[first:have] = self._ring[: have - first]
+        if have < n:  # only when the block size changed mid-stream
+            out[have:] = 0.0
+            self.capture_shortfalls += 1
+        self._ring_read = (self._ring_read + have) % cap
+        self._ring_count -= have
+
+    @property
+    def glitches(self) -> int:
+        """Late callbacks so far, output and input (for `BargeInDetector(glitches=...)`)."""
+        return self.render_glitches + self.capture_glitches
+
+    def _count_error(self, exc: Exception) -> None:
+        self.errors += 1
+        self.last_error = str(exc)
+
+
+# -- measuring -----------------------------------------------------------------------------------
+def _window_energy(x: np.ndarray, window: int) -> np.ndarray:
+    n = x.shape[0] // window
+    frames = np.asarray(x[: n * window], np.float64).reshape(n, window)
+    return np.sum(frames * frames, axis=1)
+
+
+#: Energies below this (per sample, ~-100 dBFS) count as silence, so a suppressor's exact zeros
+#: give a finite ERLE.
+_ENERGY_FLOOR = 1e-10
+
+
+def erle_trace_db(
+    captured: np.ndarray,
+    cleaned: np.ndarray,
+    *,
+    sample_rate: int = CAPTURE_SAMPLE_RATE,
+    window_ms: float = 100.0,
+    active_dbfs: float = -50.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """ERLE per window of echo-only audio: (window start times in s, ERLE in dB).
+
+    Windows where the captured echo is quieter than `active_dbfs` (RMS) are left out (NaN):
+    there is nothing to cancel there. `cleaned` must be aligned with `captured` (drop
+    `capture_delay_frames` from its start first).
+    """
+    window = max(1, round(window_ms * sample_rate / 1000))
+    n = min(captured.shape[0], cleaned.shape[0])
+    e_in = _window_energy(captured[:n], window)
+    e_out = _window_energy(cleaned[:n], window)
+    floor = _ENERGY_FLOOR * window
+    active = e_in / window > 10 ** (active_dbfs / 10)
+    erle = 10 * np.log10(np.maximum(e_in, floor) / np.maximum(e_out, floor))
+    erle[~active] = np.nan
+    return np.arange(erle.shape[0]) * window / sample_rate, erle
+
+
+def erle_db(
+    captured: np.ndarray,
+    cleaned: np.ndarray,
+    *,
+    sample_rate: int = CAPTURE_SAMPLE_RATE,
+    skip_s: float = 0.0,
+    window_ms: float = 100.0,
+    active_dbfs: float = -50.0,
+    statistic: str = "energy",
+) -> float:
+    """Echo return loss enhancement in dB over the active windows from `skip_s` on (after
+    convergence).
+
+    `statistic="energy"`: captured echo energy over what is left after cleaning, summed (strict:
+    one leaking window pulls it down, e.g. 60 -> 42 dB for one 20 dB window in ten seconds).
+    `statistic="median"`: the median of the windows' ERLE (the steady state, blind to a leak).
+    """
+    if statistic not in ("energy", "median"):
+        raise ValueError(f"statistic must be 'energy' or 'median', got {statistic!r}")
+    window = max(1, round(window_ms * sample_rate / 1000))
+    start = round(skip_s * sample_rate)
+    n = min(captured.shape[0], cleaned.shape[0])
+    e_in = _window_energy(captured[start:n], window)
+    e_out = _window_energy(cleaned[start:n], window)
+    active = e_in / window > 10 ** (active_dbfs / 10)
+    if not active.any():
+        raise ValueError("no echo to measure: the captured signal is silent")
+    if statistic == "median":
+        floor = _ENERGY_FLOOR * window
+        per_window = np.maximum(e_in[active], floor) / np.maximum(e_out[active], floor)
+        return float(np.median(10 * np.log10(per_window)))
+    floor = _ENERGY_FLOOR * window * int(active.sum())
+    return float(10 * np.log10(max(e_in[active].sum(), floor) / max(e_out[active].sum(), floor)))
+
+
+def convergence_time_s(
+    captured: np.ndarray,
+    cleaned: np.ndarray,
+    *,
+    threshold_db: float = 20.0,
+    sample_rate: int = CAPTURE_SAMPLE_RATE,
+    window_ms: float = 100.0,
+    active_dbfs: float = -50.0,
+) -> float:
+    """Seconds from the start of `captured` until every later active window's ERLE stays at or
+    above `threshold_db`: how long barge-in must be inhibited at the start of playback.
+    Returns inf if the last active window is still below it."""
+    times, erle = erle_trace_db(
+        captured, cleaned, sample_rate=sample_rate, window_ms=window_ms, active_dbfs=active_dbfs
+    )
+    below = np.flatnonzero(np.nan_to_num(erle, nan=np.inf) < threshold_db)
+    if below.size == 0:
+        return 0.0
+    last = int(below[-1])
+    if last == erle.shape[0] - 1 or np.all(np.isnan(erle[last + 1 :])):
+        return math.inf
+    return float(times[last] + window_ms / 1000)

@@ -1,0 +1,100 @@
+"""One agent turn: say TEXT, then listen for the answer and print it (barge-in with AEC)."""
+
+from __future__ import annotations
+
+import typer
+
+from vocal.commands._app import command_app
+
+app = command_app()
+
+
+@app.command()
+def converse(
+    text: str | None = typer.Argument(
+        None, help="What to say. '-' reads stdin (so does no TEXT when stdin is a pipe)."
+    ),
+    voice: str | None = typer.Option(
+        None, "--voice", help="A voice of the engine, or ENGINE:VOICE (e.g. espeak-ng:en-gb)."
+    ),
+    engine: str | None = typer.Option(None, "--engine", help="TTS engine (default hibari)."),
+    speed: float | None = typer.Option(
+        None, "--speed", min=0.25, max=4.0, help="Pace, 1.0 is the engine's normal."
+    ),
+    barge_in: bool | None = typer.Option(
+        None,
+        "--barge-in/--no-barge-in",
+        help="Listen while speaking and stop when the person talks over the reply [on]; "
+        "--no-barge-in opens the microphone when the reply has ended (+200 ms).",
+    ),  # fmt: skip
+    aec: str | None = typer.Option(
+        None, "--aec", help="Echo cancellation: auto (off for headphones), on, off [auto]."
+    ),
+    silence_ms: int | None = typer.Option(
+        None, "--silence-ms", min=100, help="Silence that ends the answer, in ms [700]."
+    ),
+    no_speech_timeout: float | None = typer.Option(
+        None,
+        "--no-speech-timeout",
+        min=0.1,
+        help="Give up (exit 4) when nobody speaks for this long after the reply, in s [15].",
+    ),  # fmt: skip
+    max_seconds: float | None = typer.Option(
+        None, "--max-seconds", min=0.1, help="Hard cap on the answer, in seconds [60]."
+    ),
+    session: str | None = typer.Option(None, "--session", help="Conch session name."),
+    agent: str | None = typer.Option(None, "--agent", help="Agent name shown to others."),
+    no_conch: bool = typer.Option(False, "--no-conch", help="Speak without taking the floor."),
+    json_output: bool = typer.Option(
+        False, "--json", help="Print JSON: text, interrupted, heard_reply, timings, counters."
+    ),
+) -> None:
+    """Say TEXT, then listen until the person stops talking, and print what they said.
+
+    One process per turn: it takes the conch, speaks sentence by sentence, and meanwhile loads
+    the speech recognizer. With barge-in (the default) the microphone stays open behind echo
+    cancellation: talk over the reply and it stops within a block, and your words, the first
+    one included, are in the transcript. `vocal control stop` ends the turn (prints
+    "[stopped]"), `vocal control skip-forward` cuts to listening, or ends the listening.
+
+    Exit codes: 0 ok (the transcript on stdout), 2 empty text or bad options, 3 the floor was
+    not granted or was taken mid-turn, 4 nobody spoke, 5 a device or engine is unavailable or
+    failed mid-turn, 130 interrupted (Ctrl-C, SIGTERM).
+    """
+    import time
+
+    started_at_s = time.monotonic()
+    import sys
+
+    from vocal.config import load_settings
+    from vocal.converse import STOPPED_MARKER, ConverseOptions
+    from vocal.converse import converse as converse_turn
+    from vocal.errors import NoSpeechError, UsageError
+    from vocal.speech import decode_input
+
+    if text is None and sys.stdin.isatty():
+        raise UsageError("give TEXT to say, or '-' to read it from stdin")
+    if text is None or text == "-":
+        text = decode_input(sys.stdin.buffer.read())
+        started_at_s = time.monotonic()
+    settings = load_settings()
+    options = ConverseOptions(
+        engine=engine, voice=voice, speed=speed, barge_in=barge_in, aec=aec, session=session,
+        agent=agent, use_conch=not no_conch, silence_ms=silence_ms,
+        no_speech_timeout_s=no_speech_timeout, max_seconds=max_seconds,
+    )  # fmt: skip
+    result = converse_turn(text, options, settings, started_at_s=started_at_s)
+    if json_output:
+        import json
+
+        typer.echo(json.dumps(result.to_dict()))
+    elif result.stopped:
+        typer.echo(f"{result.text} {STOPPED_MARKER}".strip())
+    elif result.text:
+        typer.echo(result.text)
+    if result.stopped:
+        return
+    if not result.speech_heard:
+        raise NoSpeechError("nobody spoke after the reply", hint="check `vocal devices`")
+    if not result.text:
+        raise NoSpeechError("heard sound but made out no words")

@@ -1,0 +1,231 @@
+"""Barge-in (vocal.bargein): the detector's state machine driven by a deterministic speech
+probability, then Silero VAD on the room harness: echo alone never barges in, a person talking
+over the reply stops it and their first word survives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from room import play_turn, running_room, without_room_stall
+from speech import espeak, word_error_rate
+
+from vocal.aec import RenderActivity
+from vocal.audio import Audio, write_wav
+from vocal.bargein import BargeInDetector, BargeInOptions
+
+SAMPLE_RATE = 16_000
+
+
+@pytest.fixture(scope="module")
+def room(pulse):
+    """The room harness with DESIGN.md's echo path; the microphone records its output."""
+    with running_room(pulse) as started:
+        yield started
+
+
+CHUNK = 512
+CHUNK_S = CHUNK / SAMPLE_RATE
+
+
+def loud(chunk: np.ndarray) -> float:
+    """A deterministic 'speech probability': 0.9 for a loud chunk, 0.1 for a quiet one."""
+    return 0.9 if float(np.sqrt(np.mean(chunk**2))) > 0.05 else 0.1
+
+
+class Clock:
+    def __init__(self, now_s: float = 100.0) -> None:
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def chunks(pattern: str) -> list[np.ndarray]:
+    """'s' a speech chunk, '.' a quiet one; each chunk's samples carry its index, so pre-roll
+    contents can be checked."""
+    out = []
+    for i, c in enumerate(pattern):
+        level = 0.5 if c == "s" else 0.0
+        out.append(np.full(CHUNK, level, np.float32) + np.float32(i * 1e-4))
+    return out
+
+
+def feed_all(detector: BargeInDetector, pattern: str, clock: Clock, start_s: float = 0.0):
+    """Feed chunks captured one after another from `start_s` on (the clock follows)."""
+    fired_at = None
+    for i, chunk in enumerate(chunks(pattern)):
+        clock.now_s = start_s + (i + 1) * CHUNK_S
+        if detector.feed(chunk, captured_at_s=clock.now_s) is not None and fired_at is None:
+            fired_at = i
+    return fired_at
+
+
+def test_fires_after_n_consecutive_speech_chunks_and_stops_once() -> None:
+    stops = []
+    clock = Clock()
+    detector = BargeInDetector(loud, lambda: stops.append(clock()),
+                               BargeInOptions(consecutive_chunks=3), clock=clock)  # fmt: skip
+    fired_at = feed_all(detector, "....ss.s.sss.sss", clock, start_s=10.0)
+    assert fired_at == 11  # runs of 2 and 1 were reset; the third chunk of "sss" decides
+    assert len(stops) == 1
+    barge_in = detector.fired
+    assert barge_in.at_s == pytest.approx(10.0 + 12 * CHUNK_S)
+    assert barge_in.speech_start_s == pytest.approx(10.0 + 9 * CHUNK_S)
+    assert barge_in.probabilities == [0.9, 0.9, 0.9]
+    # Later audio changes nothing and stops nothing more.
+    assert detector.feed(np.full(CHUNK, 0.5, np.float32), captured_at_s=20.0) is barge_in
+    assert len(stops) == 1
+
+
+def test_pre_roll_keeps_the_run_and_what_came_before_it() -> None:
+    clock = Clock()
+    options = BargeInOptions(consecutive_chunks=3, pre_roll_ms=100)  # 100 ms: 4 chunks
+    detector = BargeInDetector(loud, lambda: None, options, clock=clock)
+    feed_all(detector, "........sss", clock)
+    pre_roll = detector.fired.pre_roll
+    assert pre_roll.shape[0] == (4 + 3) * CHUNK
+    # Chunk indices 4..10: four quiet ones before the run, then the run.
+    first_index = round(float(pre_roll[0]) / 1e-4)
+    assert first_index == 4
+    assert np.all(pre_roll[-3 * CHUNK :] > 0.4)
+
+
+def test_any_block_size_is_cut_into_512_sample_chunks() -> None:
+    clock = Clock()
+    detector = BargeInDetector(loud, lambda: None, clock=clock)
+    audio = np.concatenate(chunks("......sss"))
+    for start in range(0, audio.shape[0], 300):
+        clock.now_s = 5.0 + min(start + 300, audio.shape[0]) / SAMPLE_RATE
+        detector.feed(audio[start : start + 300], captured_at_s=clock.now_s)
+    assert detector.fired is not None
+    assert detector.chunks == 9
+    assert detector.fired.speech_start_s == pytest.approx(5.0 + 6 * CHUNK_S)
+
+
+def test_delay_frames_shift_chunk_times_back_to_capture_time() -> None:
+    clock = Clock()
+    detector = BargeInDetector(loud, lambda: None, clock=clock, delay_frames=128)
+    feed_all(detector, "sss", clock, start_s=1.0)
+    assert detector.fired.speech_start_s == pytest.approx(1.0 - 128 / SAMPLE_RATE)
+
+
+def test_no_barge_in_while_the_canceller_converges() -> None:
+    clock = Clock()
+    activity = RenderActivity()
+    activity.update(np.full(256, 0.3, np.float32), 10.0)  # playback starts at 10 s
+    options = BargeInOptions(consecutive_chunks=3, convergence_inhibit_ms=500)
+    detector = BargeInDetector(loud, lambda: None, options, activity=activity, clock=clock)
+    # Speech-like residual from 10.0 to 10.48 s: inside the window, never counts.
+    assert feed_all(detector, "s" * 15, clock, start_s=10.0) is None
+    assert detector.inhibited_chunks == 15
+    # A person speaking after it does.
+    assert feed_all(detector, "sss", clock, start_s=10.6) == 2
+
+
+def test_the_room_tail_after_the_far_end_stops_is_blanked() -> None:
+    clock = Clock()
+    activity = RenderActivity()
+    activity.update(np.full(256, 0.3, np.float32), 0.0)
+    options = BargeInOptions(consecutive_chunks=3, convergence_inhibit_ms=0, tail_inhibit_ms=200)
+    detector = BargeInDetector(loud, lambda: None, options, activity=activity, clock=clock)
+    activity.update(np.zeros(256, np.float32), 5.0)  # the sentence ends at 5 s
+    # Echo tail from 5.0 to 5.19 s: blanked, and the run it started does not carry over.
+    assert feed_all(detector, "ssssss", clock, start_s=5.0) is None
+    assert feed_all(detector, "ss.", clock, start_s=5.2) is None  # counted from 5.2 s on
+    assert detector.fired is None
+    # While the far end plays, speech counts at once.
+    activity.update(np.full(256, 0.3, np.float32), 6.0)
+    assert feed_all(detector, "sss", clock, start_s=6.0) == 2
+
+
+def test_a_glitch_inhibits_while_the_canceller_reconverges() -> None:
+    clock = Clock()
+    glitches = [0]
+    options = BargeInOptions(consecutive_chunks=3, glitch_inhibit_ms=300)
+    detector = BargeInDetector(loud, lambda: None, options, glitches=lambda: glitches[0],
+                               clock=clock)  # fmt: skip
+    assert feed_all(detector, "ss", clock, start_s=1.0) is None
+    glitches[0] = 1  # an output underflow
+    assert feed_all(detector, "sssssssss", clock, start_s=1.064) is None  # to 1.35 s
+    assert feed_all(detector, "sss", clock, start_s=1.4) == 2
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ValueError):
+        BargeInOptions(threshold=1.5)
+    with pytest.raises(ValueError):
+        BargeInOptions(consecutive_chunks=0)
+    with pytest.raises(ValueError):
+        BargeInOptions(tail_inhibit_ms=-1)
+
+
+# -- Silero VAD on the room harness ------------------------------------------------------------
+REPLY = (
+    "Here is what I found. The function reads the configuration file, then it opens the audio "
+    "device. If the device is missing, it raises an error with a hint. Shall I fix it now?"
+)
+#: Long enough that most of it comes after playback stopped (single talk).
+INTERRUPTION = "wait, I need to change the plan for the second test file"
+
+
+@pytest.fixture(scope="module")
+def vad():
+    from vocal.vad import SileroVad
+
+    return SileroVad()
+
+
+@pytest.mark.audio
+def test_echo_alone_never_barges_in(room, vad) -> None:
+    reply = espeak(REPLY).mono_samples
+
+    def echo_only():
+        vad.reset()
+        return play_turn(reply, speech_probability=vad, after_s=0.5)
+
+    for _ in range(3):
+        turn = without_room_stall(room, echo_only)
+        assert turn.barge_in is None, f"false barge-in: {turn.detector.trace[-5:]}"
+        assert turn.played_s >= reply.shape[0] / SAMPLE_RATE  # played to the end
+        assert turn.detector.chunks > 100
+        # Most of the reply was watched, not blanked.
+        assert turn.detector.inhibited_chunks < turn.detector.chunks / 2
+
+
+@pytest.mark.audio
+def test_talking_over_the_reply_stops_it_and_keeps_the_words(room, vad, tmp_path) -> None:
+    from vocal.stt import load_stt
+
+    person = espeak(INTERRUPTION, voice="en-us+m3", words_per_minute=150)
+    path = write_wav(tmp_path / "person.wav", person)
+    reply = espeak(REPLY).mono_samples
+    starts = {}
+
+    def interrupted():
+        vad.reset()
+        near_id = room.say(path, delay_s=2.5, after="far")
+        turn = play_turn(reply, speech_probability=vad,
+                         listen_after_barge_in_s=person.duration_s)  # fmt: skip
+        starts[id(turn)] = room.wait_event("near_start", id=near_id)["at_s"]
+        room.wait_event("near_end", id=near_id)
+        return turn
+
+    turn = without_room_stall(room, interrupted)
+    barge_in = turn.barge_in
+    assert barge_in is not None, "no barge-in"
+    person_starts_s = starts[id(turn)]
+    # The issue's target is 300 ms (benchmarks/aec measures it); generous here.
+    assert 0.0 < turn.stopped_at_s - person_starts_s < 0.8
+    assert turn.played_s < 4.5  # the reply did not play on
+    # The deciding run began after the person's first sound, and the pre-roll reaches back
+    # before it: the first word's onset is in what the endpointer gets.
+    assert person_starts_s < barge_in.speech_start_s
+    run_end_s = barge_in.speech_start_s + len(barge_in.probabilities) * CHUNK_S
+    pre_roll_start_s = run_end_s - barge_in.pre_roll.shape[0] / SAMPLE_RATE
+    assert pre_roll_start_s < person_starts_s
+    # Pre-roll + what followed, transcribed, holds the interruption. (The first word itself is
+    # often clipped by AEC3's double-talk suppression: a figure of benchmarks/aec, not a test.)
+    after = turn.cleaned[turn.index(run_end_s) :]
+    heard = np.concatenate([barge_in.pre_roll, after])
+    text = load_stt("auto", "tiny.en").transcribe(Audio(heard, SAMPLE_RATE)).text
+    assert word_error_rate(INTERRUPTION, text) <= 0.5, text

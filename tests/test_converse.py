@@ -1,0 +1,264 @@
+"""`vocal converse` end to end on the room harness: real streams, real AEC3, real models.
+
+The reply is played by `vocal converse` (a subprocess) into this session's speaker sink; the
+room (tests/room.py) convolves it with an echo path, mixes in a person (espeak-ng) when a test
+asks, and plays that into the room sink whose monitor is the microphone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from room import running_room, without_room_stall
+from runner import start_vocal
+from speech import espeak
+
+from vocal.audio import write_wav
+from vocal.conch import Conch
+from vocal.config import load_settings
+from vocal.control import find_endpoint, send_command
+
+pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
+
+#: ~3 s of hibari speech; words the person never says.
+REPLY = "The build finished, and all forty two tests passed in the docs folder."
+REPLY_WORDS = ("build", "finished", "forty", "passed", "docs", "folder")
+#: ~6 s: long enough to be cut.
+LONG_REPLY = (
+    "The build finished. All forty two tests passed, and the report is in the docs folder. "
+    "I also cleaned up the old branches and merged the release notes."
+)
+NEAR = "please stop and open the settings file"
+NEAR_WORDS = ("open", "settings")
+
+
+@pytest.fixture(scope="module")
+def room(pulse):
+    with running_room(pulse) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def near_wav(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("near") / "near.wav"
+    write_wav(path, espeak(NEAR))
+    return path
+
+
+def converse(*args: str, timeout_s: float = 60) -> tuple[int, dict, str]:
+    proc = start_vocal("converse", *args, "--json", "--no-speech-timeout", "1.5")
+    out, err = proc.communicate(timeout=timeout_s)
+    payload = json.loads(out) if out.strip() else {}
+    return proc.returncode, payload, err.decode()
+
+
+def words_in(text: str, words: tuple[str, ...]) -> list[str]:
+    lowered = text.lower()
+    return [w for w in words if w in lowered]
+
+
+def floor() -> Conch:
+    return Conch.from_settings(load_settings())
+
+
+def wait_for(predicate, timeout_s: float = 20.0, what: str = "it"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def wait_speaking(proc: subprocess.Popen) -> dict:
+    """Wait until the converse process is playing its reply (by its control socket)."""
+
+    def playing():
+        if proc.poll() is not None:
+            raise AssertionError(f"converse exited early: {proc.communicate()}")
+        endpoint = find_endpoint(load_settings().run_dir, pid=proc.pid)
+        if endpoint is None:
+            return None
+        status = send_command(endpoint, "status")
+        speaking = status.get("converse") == "speaking" and status.get("played_s", 0) > 0.5
+        return status if speaking else None
+
+    return wait_for(playing, what="the reply to play")
+
+
+def children_of(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found |= {int(p) for p in (task / "children").read_text().split()}
+        except OSError:
+            pass
+    return found
+
+
+# -- echo only ----------------------------------------------------------------------------------
+def test_echo_only_never_barges_in_nor_transcribes_the_reply(room) -> None:
+    # A stall of the room process itself (it drops its backlog: an echo-path jump no real room
+    # makes, invisible to the detector) repeats the run, as in tests/test_bargein.py.
+    runs = 5
+    for run in range(runs):
+        code, result, err = without_room_stall(room, lambda: converse(REPLY))
+        assert code == 4, f"run {run}: exit {code}: {err}"
+        assert result["interrupted"] is False, f"run {run}: false barge-in {result}"
+        assert result["text"] == "" and not words_in(result["text"], REPLY_WORDS)
+        assert result["mode"] == "barge-in" and result["aec"] is True
+        assert result["heard_reply"] == result["reply"].strip()
+        assert result["counters"]["input_overflows"] == 0
+        assert result["counters"]["aec_errors"] == 0
+
+
+# -- barge-in ------------------------------------------------------------------------------------
+def test_near_end_speech_stops_the_reply_and_is_transcribed(room, near_wav) -> None:
+    def barge_in() -> tuple:
+        near_id = room.say(near_wav, delay_s=2.0, after="far")
+        return near_id, *converse(LONG_REPLY)
+
+    near_id, code, result, err = without_room_stall(room, barge_in)
+    assert code == 0, err
+    assert result["interrupted"] is True, result
+    # Double talk clips words on this loaded machine (benchmarks/RESULTS.md: the keywords came
+    # through in 8/8 runs there, but one test run heard "I'll need to end open"): at least one.
+    assert words_in(result["text"], (*NEAR_WORDS, "file")), result
+    assert not words_in(result["text"], ("branches", "release", "merged", "notes"))
+    # What the person heard is a strict prefix of the reply, cut around 2 s in.
+    heard = result["heard_reply"]
+    assert heard and len(heard) < len(result["reply"]) // 2, heard
+    assert result["reply"].startswith(heard.split()[0])
+    started = room.wait_event("near_start", id=near_id)
+    far_end = room.wait_event("far_end", after=0, timeout_s=5)
+    # The issue's target is 300 ms (benchmarks/converse measures it); generous here.
+    assert far_end["at_s"] - started["at_s"] < 1.0
+    assert result["counters"]["input_overflows"] == 0
+    timings = result["timings"]
+    assert timings["transcribe_s"] is not None and timings["end_to_text_s"] < 3.0
+
+
+# -- half-duplex ---------------------------------------------------------------------------------
+def test_half_duplex_never_hears_its_reply_and_hears_the_answer(room, near_wav) -> None:
+    # The person talks over the reply (unheard: the microphone is shut) and again after it.
+    room.say(near_wav, delay_s=1.0, after="far")
+    code, result, err = converse(REPLY, "--no-barge-in")
+    assert code == 4, err  # nothing after the reply: nobody spoke, as far as it knows
+    assert result["mode"] == "half-duplex" and result["interrupted"] is False
+    assert result["text"] == ""
+
+    after_id = room.say(near_wav, delay_s=4.5, after="far")
+    proc = start_vocal("converse", REPLY, "--no-barge-in", "--json", "--no-speech-timeout", "4")
+    out, err = proc.communicate(timeout=60)
+    result = json.loads(out)
+    assert proc.returncode == 0, err.decode()
+    assert room.find_event("near_start", id=after_id) is not None
+    assert set(words_in(result["text"], NEAR_WORDS)) == set(NEAR_WORDS), result["text"]
+    assert not words_in(result["text"], REPLY_WORDS), result["text"]
+
+
+# -- the control channel -------------------------------------------------------------------------
+def test_control_stop_ends_the_turn_with_a_marker(room) -> None:
+    proc = start_vocal("converse", LONG_REPLY)
+    wait_speaking(proc)
+    endpoint = find_endpoint(load_settings().run_dir, pid=proc.pid)
+    send_command(endpoint, "stop")
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err.decode()
+    assert out.decode().strip() == "[stopped]"
+    assert floor().status().holder is None
+    assert os.listdir(load_settings().run_dir) == []
+
+
+def test_control_skip_forward_cuts_to_listening(room, near_wav) -> None:
+    proc = start_vocal("converse", LONG_REPLY, "--json", "--no-speech-timeout", "4")
+    wait_speaking(proc)
+    endpoint = find_endpoint(load_settings().run_dir, pid=proc.pid)
+    near_id = room.say(near_wav, delay_s=0.8)
+    send_command(endpoint, "skip_forward")
+    out, err = proc.communicate(timeout=30)
+    result = json.loads(out)
+    assert proc.returncode == 0, err.decode()
+    assert result["skipped"] is True and result["interrupted"] is False
+    assert len(result["heard_reply"]) < len(result["reply"])
+    assert room.find_event("near_start", id=near_id) is not None
+    assert set(words_in(result["text"], NEAR_WORDS)) == set(NEAR_WORDS), result["text"]
+
+
+# -- faults --------------------------------------------------------------------------------------
+def test_sigterm_mid_reply_exits_130_and_cleans_up(room) -> None:
+    proc = start_vocal("converse", LONG_REPLY)
+    wait_speaking(proc)
+    children = children_of(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err.decode()
+    assert b"terminated by SIGTERM" in err
+    assert floor().status().holder is None
+    assert os.listdir(load_settings().run_dir) == []
+    assert not [pid for pid in children if Path(f"/proc/{pid}").exists()]
+
+
+def test_conch_bumped_mid_reply_exits_3(room) -> None:
+    proc = start_vocal("converse", LONG_REPLY)
+    wait_speaking(proc)
+    bump = start_vocal("conch", "bump")
+    bump.communicate(timeout=20)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 3, err.decode()
+    assert os.listdir(load_settings().run_dir) == []
+
+
+def _kill_stream(kind: str, pid: int) -> None:
+    """Kill `pid`'s PulseAudio stream (`source-output`: its microphone, `sink-input`: its
+    output), as when a USB device is unplugged: the stream is gone, not moved elsewhere."""
+    listing = subprocess.run(["pactl", "list", f"{kind}s"], check=True, capture_output=True,
+                             text=True, timeout=10).stdout  # fmt: skip
+    for block in listing.split("\n\n"):
+        number = re.search(r"#(\d+)", block)
+        if number and f'application.process.id = "{pid}"' in block:
+            # pactl has no kill command; pacmd (the same package) has.
+            subprocess.run(["pacmd", f"kill-{kind}", number.group(1)], check=True, timeout=10)
+            return
+    raise AssertionError(f"no {kind} of pid {pid}")
+
+
+def test_microphone_disappearing_mid_turn_exits_5(room) -> None:
+    proc = start_vocal("converse", LONG_REPLY)
+    wait_speaking(proc)
+    _kill_stream("source-output", proc.pid)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 5, err.decode()
+    assert b"microphone" in err
+    assert floor().status().holder is None
+    assert os.listdir(load_settings().run_dir) == []
+
+
+def test_output_device_failing_mid_reply_exits_5(room) -> None:
+    proc = start_vocal("converse", LONG_REPLY)
+    wait_speaking(proc)
+    _kill_stream("sink-input", proc.pid)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 5, err.decode()
+    assert b"output" in err
+    assert floor().status().holder is None
+    assert os.listdir(load_settings().run_dir) == []
+
+
+# -- bad input -----------------------------------------------------------------------------------
+def test_bad_input_exits_2_before_touching_audio() -> None:
+    from runner import run_vocal
+
+    assert run_vocal("converse", "   ").returncode == 2
+    bad = run_vocal("converse", "hello", "--aec", "sometimes")
+    assert bad.returncode == 2 and b"--aec must be one of" in bad.stderr
+    assert run_vocal("converse", "-", input=b"\x00\x01").returncode == 2
+    assert floor().status().holder is None
