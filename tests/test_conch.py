@@ -129,22 +129,27 @@ def test_release_grants_only_the_head() -> None:
     c = conch()
     gate = c.acquire(session="gate")
 
-    def take(name: str, timeout_s: float) -> None:
-        with contextlib.suppress(ConchBusy):  # b times out behind a: expected
-            c.acquire(session=name, timeout_s=timeout_s)
+    # Generous waits: on a loaded machine a short one ran out before both had queued.
+    cancel = threading.Event()
 
-    threads = [threading.Thread(target=take, args=(n, 0.5 + 0.5 * i))
-               for i, n in enumerate(["a", "b"])]  # fmt: skip
-    for thread in threads:
-        thread.start()
-    wait_until(lambda: len(queue_sessions(c)) == 2)
+    def take(name: str) -> None:
+        with contextlib.suppress(ConchCancelled):  # b gives up once the test has looked
+            c.acquire(session=name, timeout_s=60, cancel=cancel)
+
+    threads = []
+    for name in ["a", "b"]:  # one after the other, so the queue order is known
+        threads.append(threading.Thread(target=take, args=(name,)))
+        threads[-1].start()
+        wait_until(lambda n=len(threads): len(queue_sessions(c)) == n)
     c.release(gate.token)
     wait_until(lambda: holder_session(c) == "a")
     state = c.status()
     assert state.grant is None  # a claimed the grant; b waits without one
     assert [w.session for w in state.waiters] == ["b"]
+    cancel.set()
     for thread in threads:
-        thread.join(5)
+        thread.join(10)
+        assert not thread.is_alive()
 
 
 def test_wait_mode_times_out_with_exit_3_and_leaves_the_queue() -> None:
