@@ -454,6 +454,12 @@ class TurnRecording:
         return round((at_s - self.start_s) * SAMPLE_RATE)
 
 
+def aec_module_default(name: str) -> Any:
+    from vocal import aec as aec_module
+
+    return getattr(aec_module, name)
+
+
 def play_turn(
     reply: np.ndarray,
     sample_rate: int = SAMPLE_RATE,
@@ -465,6 +471,7 @@ def play_turn(
     aec_options: Any = None,
     render_log: list | None = None,
     glitch_slack_s: float | None = None,
+    raw_when_quiet_s: float | None = aec_module_default("RAW_WHEN_QUIET_S"),
 ) -> TurnRecording:
     """Play `reply` (mono at `sample_rate`) through the current PULSE_SINK with the
     microphone (PULSE_SOURCE: the room's output) open, both wired to a fresh APM as converse
@@ -480,6 +487,7 @@ def play_turn(
         render_sample_rate=sample_rate,
         options=aec_options or aec_module.AecOptions(),
         glitch_slack_s=glitch_slack_s or aec_module.CALLBACK_GLITCH_S,
+        raw_when_quiet_s=raw_when_quiet_s,
     )
     raw: list[np.ndarray] = []
 

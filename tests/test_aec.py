@@ -55,7 +55,7 @@ def full_apm():
 
 @pytest.mark.parametrize("block", [512, 160, 100, 333, 1024, 256])
 def test_capture_returns_every_block_cleaned_a_fixed_delay_late(block: int) -> None:
-    aec = EchoCanceller(apm=plain_apm())
+    aec = EchoCanceller(apm=plain_apm(), raw_when_quiet_s=None)
     x = np.random.default_rng(0).uniform(-0.5, 0.5, 12_000).astype(np.float32)
     out = []
     for start in range(0, x.shape[0] - block + 1, block):
@@ -73,7 +73,7 @@ def test_capture_returns_every_block_cleaned_a_fixed_delay_late(block: int) -> N
 
 
 def test_capture_survives_a_change_of_block_size() -> None:
-    aec = EchoCanceller(apm=plain_apm())
+    aec = EchoCanceller(apm=plain_apm(), raw_when_quiet_s=None)
     x = np.random.default_rng(1).uniform(-0.5, 0.5, 8000).astype(np.float32)
     sizes = [512, 512, 2048, 512, 100, 1024]
     out, pos = [], 0
@@ -126,7 +126,7 @@ def simulate(render_rate: int, config: RoomConfig, seconds: float = 6.0) -> tupl
     out_latency = round(0.02 * SAMPLE_RATE)
     echo = np.convolve(np.concatenate([np.zeros(out_latency, np.float32), far16]),
                        impulse_response(config))[: far16.shape[0]].astype(np.float32)  # fmt: skip
-    aec = EchoCanceller(render_sample_rate=render_rate, apm=full_apm())
+    aec = EchoCanceller(render_sample_rate=render_rate, apm=full_apm(), raw_when_quiet_s=None)
     events = [(k * 256 / render_rate, "r", k) for k in range(far.shape[0] // 256)]
     events += [((j + 1) * 512 / SAMPLE_RATE, "c", j) for j in range(echo.shape[0] // 512)]
     cleaned = np.zeros_like(echo)
@@ -171,6 +171,36 @@ def test_one_apm_per_process() -> None:
             shared_apm(AecOptions(noise_suppression=False))
     finally:
         aec_module._reset_shared_apm()
+
+
+def test_raw_samples_come_back_once_the_echo_has_died_away() -> None:
+    """Cleaned while the far end plays and for `raw_when_quiet_s` after; raw before anything
+    played and after that (AEC3 and noise suppression colour near-end speech for no gain)."""
+    aec = EchoCanceller(apm=full_apm(), raw_when_quiet_s=0.05)
+    x = np.random.default_rng(5).uniform(-0.3, 0.3, 512 * 40).astype(np.float32)
+    blocks = [x[i : i + 512] for i in range(0, x.shape[0], 512)]
+    delay = 128
+
+    def returned(i: int) -> np.ndarray:
+        return aec.capture(blocks[i].copy()).copy()
+
+    out = [returned(i) for i in range(10)]  # nothing played yet: raw
+    np.testing.assert_allclose(out[9][delay:], blocks[9][: 512 - delay], atol=1e-6)
+    assert aec.raw_frames == aec.capture_frames
+    aec.render(np.full(256, 0.3, np.float32))  # the far end plays
+    out = [returned(i) for i in range(10, 20)]
+    assert not np.allclose(out[-1][delay:], blocks[19][: 512 - delay], atol=1e-3)  # cleaned
+    raw_before = aec.raw_frames
+    aec.render(np.zeros(256, np.float32))  # and turns quiet
+    time.sleep(0.06)
+    out = [returned(i) for i in range(20, 30)]
+    np.testing.assert_allclose(out[-1][delay:], blocks[29][: 512 - delay], atol=1e-6)
+    assert aec.raw_frames > raw_before
+    # A stream killed mid-sentence (no quiet block, no more callbacks) counts as quiet too.
+    aec.render(np.full(256, 0.3, np.float32))
+    time.sleep(0.2)
+    out = [returned(i) for i in range(30, 40)]
+    np.testing.assert_allclose(out[-1][delay:], blocks[39][: 512 - delay], atol=1e-6)
 
 
 def test_late_callbacks_count_as_glitches() -> None:
@@ -235,7 +265,7 @@ def test_erle_on_the_room_harness(room) -> None:
     # the echo path and AEC3 converges again (benchmarks/aec measures glitches separately).
     turn = without_room_stall(
         room,
-        lambda: play_turn(espeak(REPLY).mono_samples),
+        lambda: play_turn(espeak(REPLY).mono_samples, raw_when_quiet_s=None),
         clean=lambda t: t.glitches == 0 and t.underflows == 0 and t.overflows == 0,
     )
     assert turn.aec_errors == 0

@@ -168,6 +168,14 @@ REPLY = (
 INTERRUPTION = "wait, I need to change the plan for the second test file"
 
 
+def undisturbed(turn) -> bool:
+    """No glitch of ours in the turn. A stalled callback moves the echo path and AEC3 converges
+    again; the detector then holds off for a while, but the room's tail of that (and machine
+    load in general) is benchmarks/aec's subject. These tests judge an undisturbed path and
+    measure again (up to 3 times) when the machine disturbed it."""
+    return turn.glitches == 0 and turn.underflows == 0 and turn.overflows == 0
+
+
 @pytest.fixture(scope="module")
 def vad():
     from vocal.vad import SileroVad
@@ -184,8 +192,11 @@ def test_echo_alone_never_barges_in(room, vad) -> None:
         return play_turn(reply, speech_probability=vad, after_s=0.5)
 
     for _ in range(3):
-        turn = without_room_stall(room, echo_only)
-        assert turn.barge_in is None, f"false barge-in: {turn.detector.trace[-5:]}"
+        turn = without_room_stall(room, echo_only, clean=undisturbed)
+        assert turn.barge_in is None, (
+            f"false barge-in (glitches {turn.glitches}, xruns {turn.underflows}): "
+            f"{turn.detector.trace[-5:]}"
+        )
         assert turn.played_s >= reply.shape[0] / SAMPLE_RATE  # played to the end
         assert turn.detector.chunks > 100
         # Most of the reply was watched, not blanked.
@@ -210,7 +221,7 @@ def test_talking_over_the_reply_stops_it_and_keeps_the_words(room, vad, tmp_path
         room.wait_event("near_end", id=near_id)
         return turn
 
-    turn = without_room_stall(room, interrupted)
+    turn = without_room_stall(room, interrupted, clean=undisturbed)
     barge_in = turn.barge_in
     assert barge_in is not None, "no barge-in"
     person_starts_s = starts[id(turn)]
@@ -223,9 +234,11 @@ def test_talking_over_the_reply_stops_it_and_keeps_the_words(room, vad, tmp_path
     run_end_s = barge_in.speech_start_s + len(barge_in.probabilities) * CHUNK_S
     pre_roll_start_s = run_end_s - barge_in.pre_roll.shape[0] / SAMPLE_RATE
     assert pre_roll_start_s < person_starts_s
-    # Pre-roll + what followed, transcribed, holds the interruption. (The first word itself is
-    # often clipped by AEC3's double-talk suppression: a figure of benchmarks/aec, not a test.)
+    # Pre-roll + what followed, transcribed, holds the interruption: cleaned while the reply's
+    # echo may be there, raw once it has died away (EchoCanceller's raw_when_quiet_s). (The
+    # first word itself can be clipped by AEC3's double-talk suppression: a figure of
+    # benchmarks/aec, not a test.)
     after = turn.cleaned[turn.index(run_end_s) :]
     heard = np.concatenate([barge_in.pre_roll, after])
     text = load_stt("auto", "tiny.en").transcribe(Audio(heard, SAMPLE_RATE)).text
-    assert word_error_rate(INTERRUPTION, text) <= 0.5, text
+    assert word_error_rate(INTERRUPTION, text) <= 0.3, (text, turn.glitches, turn.underflows)

@@ -16,7 +16,9 @@ always reaches AEC3 before its echo is captured, and AEC3's delay estimator find
 Blocks need not be multiples of 10 ms. Render remainders wait in a one-frame buffer. Captured
 samples come out `capture_delay_frames` late (160 - gcd(block, 160) at 16 kHz: 128 frames = 8 ms
 for vocal's 512-frame blocks, 0 for multiples of 160), the least delay that lets every block be
-returned whole and cleaned. All buffers are allocated once; the callbacks only copy into them.
+returned whole and cleaned. vocal's buffers are allocated once (a block larger than the first
+grows the ring once); the callbacks copy into them. livekit's FFI still builds a small request
+object per 10 ms frame (~0.1-0.3 ms of CPU per frame, render + capture, measured).
 
 Output rates: AEC3 takes a reverse stream at another rate than the capture stream and resamples
 it internally, as long as a 10 ms frame is a whole number of samples. So a player at 24, 32,
@@ -29,6 +31,11 @@ AEC3's own resampling to 16 kHz, and its droop (-0.5 dB at 8 kHz) is a fixed lin
 the adaptive filter absorbs. A streaming resampler was the alternative, but soxr's delay
 (~330 samples at "MQ") would put the reference behind its echo on a low-latency output, which
 is the one thing AEC cannot recover from (DESIGN.md).
+
+Once the far end has been quiet for `RAW_WHEN_QUIET_S` (its echo has died away, e.g. after a
+barge-in stopped the reply), `capture` hands back the raw samples: AEC3's suppressor and noise
+suppression keep colouring near-end speech after the echo is gone, which cost Whisper most of an
+interruption's words on the room harness (word error rate 0.08-0.75 cleaned, ~0 raw).
 
 `erle_db` and `convergence_time_s` measure what the canceller achieves (benchmarks/aec).
 """
@@ -54,6 +61,10 @@ CAPTURE_SAMPLE_RATE = 16_000
 _INT16_SCALE = 32768.0
 #: A played block whose peak is below this (-50 dBFS) is silence: the far end is quiet.
 RENDER_LOUD_PEAK = 10 ** (-50 / 20)
+#: After the far end has been quiet this long its echo has died away (output latency ~40 ms +
+#: room ~30-80 ms + reverberant tail; the barge-in detector's tail window, 300 ms, covered every
+#: residual seen), and `capture` hands back raw samples: see EchoCanceller's raw_when_quiet_s.
+RAW_WHEN_QUIET_S = 0.4
 #: A callback later than its block's duration plus this is a glitch: the stream stalled, the
 #: echo path moved, and AEC3 re-converges (~0.7 s measured on the room harness after a 130 ms
 #: output stall; PortAudio's underflow flag did not report it through ALSA's pulse plugin).
@@ -154,13 +165,18 @@ class RenderActivity:
     is one float store.
     """
 
+    #: No output callback for this long means the stream stopped (killed mid-sentence): quiet.
+    STOPPED_AFTER_S = 0.1
+
     def __init__(self) -> None:
         self.first_loud_s: float | None = None
         self.last_loud_s: float | None = None
         self.quiet_since_s: float | None = None
+        self.last_block_s: float | None = None
 
     def update(self, block: np.ndarray, now_s: float) -> None:
         """Note one played block (in the output callback: max/min allocate nothing)."""
+        self.last_block_s = now_s
         if block.shape[0] == 0:
             return
         if max(float(block.max()), -float(block.min())) >= RENDER_LOUD_PEAK:
@@ -175,6 +191,18 @@ class RenderActivity:
     def playing(self) -> bool:
         """The far end has been loud and is loud now."""
         return self.last_loud_s is not None and self.quiet_since_s is None
+
+    def quiet_for_s(self, now_s: float) -> float:
+        """How long the far end has been quiet at `now_s`: inf if it never played, 0 while it
+        plays; a stream that stopped calling back (`Player.stop`) is quiet since its last loud
+        block."""
+        if self.last_loud_s is None:
+            return math.inf
+        if self.quiet_since_s is not None:
+            return max(0.0, now_s - self.quiet_since_s)
+        if self.last_block_s is not None and now_s - self.last_block_s > self.STOPPED_AFTER_S:
+            return max(0.0, now_s - self.last_loud_s)
+        return 0.0
 
 
 class EchoCanceller:
@@ -195,6 +223,14 @@ class EchoCanceller:
         glitch_slack_s: how much later than its block's duration a callback may come before it
             counts as a glitch (`glitches`). A stream with a deep buffer absorbs stalls up to
             that buffer's length: pass about its latency.
+        raw_when_quiet_s: once the far end has been quiet this long (its echo has died away),
+            `capture` hands back the raw samples instead of the cleaned ones (same delay, so
+            the stream stays continuous; also before anything has played); None: always
+            cleaned (ERLE measurements). AEC3's suppressor and noise
+            suppression keep colouring near-end speech after the echo is gone: on the room
+            harness the person's words after a barge-in came out 4-6 dB down and Whisper's
+            word error rate on them rose from ~0 (raw) to 0.08-0.75 (cleaned). APM still
+            processes every frame, so it stays current if the far end resumes.
         apm: an APM to use instead of the process's (tests).
     """
 
@@ -206,6 +242,7 @@ class EchoCanceller:
         options: AecOptions = AecOptions(),
         stream_delay_ms: int | None = None,
         glitch_slack_s: float = CALLBACK_GLITCH_S,
+        raw_when_quiet_s: float | None = RAW_WHEN_QUIET_S,
         apm: Any = None,
     ) -> None:
         if _frame_frames(capture_sample_rate) is None:
@@ -220,6 +257,8 @@ class EchoCanceller:
         self.activity = RenderActivity()
         #: Callbacks that came late (see CALLBACK_GLITCH_S), output and input.
         self.glitch_slack_s = glitch_slack_s
+        self.raw_when_quiet_s = raw_when_quiet_s
+        self.raw_frames = 0  # 10 ms frames handed back raw (see raw_when_quiet_s)
         self.render_glitches = 0
         self.capture_glitches = 0
         self._last_render_s: float | None = None
@@ -332,10 +371,18 @@ class EchoCanceller:
                 if self.stream_delay_ms is not None:
                     self.apm.set_stream_delay_ms(self.stream_delay_ms)
                 self.apm.process_stream(frame.audio_frame)
-                frame.unload(self._cleaned)
-                self._push(self._cleaned)
+                if self._echo_gone():
+                    self._push(pending)  # the raw frame: nothing left to cancel
+                    self.raw_frames += 1
+                else:
+                    frame.unload(self._cleaned)
+                    self._push(self._cleaned)
                 self._capture_fill = 0
                 self.capture_frames += 1
+
+    def _echo_gone(self) -> bool:
+        quiet = self.raw_when_quiet_s
+        return quiet is not None and self.activity.quiet_for_s(time.monotonic()) >= quiet
 
     def _push(self, samples: np.ndarray) -> None:
         n, cap = samples.shape[0], self._ring.shape[0]

@@ -50,10 +50,11 @@ class BargeInOptions:
 
     Defaults, from benchmarks/aec on the room harness (benchmarks/RESULTS.md, "echo cancellation
     and barge-in"): 3 chunks of Silero >= 0.5 (96 ms; DESIGN.md saw 3-5 chunks fire 0.25-0.29 s
-    after the person starts; 2 chunks gave false barge-ins the 3-chunk rule did not). On a clean
-    audio path the residual echo never made 3 speech chunks in a row; after glitches (ours or
-    the room's) it did, up to 1.18 s after playback started, 0.27 s into a pause of the far end
-    and 0.56-3.5 s after a glitch was noticed: the windows cover those with some margin.
+    after the person starts; 2 chunks added false barge-ins). On a glitch-free path the residual
+    echo almost never made 3 speech chunks in a row (1 run in 69); after glitches (ours or the
+    room's) it did, at light load up to 1.2 s after playback started, 0.27 s into a pause of the
+    far end and 0.4-1.9 s after a glitch was noticed (the longer ones with the room stalling
+    too): the windows cover most of those.
     """
 
     threshold: float = 0.5
