@@ -165,3 +165,27 @@ def test_missing_file_and_directory(tmp_path: Path) -> None:
 def test_write_into_missing_directory_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="does not exist"):
         write_wav(tmp_path / "no" / "such" / "dir.wav", Audio(tone(440, 0.1), 16000))
+
+
+def test_write_wav_writes_through_a_fifo_instead_of_replacing_it(tmp_path: Path) -> None:
+    # The atomic rename once turned `-o /dev/null` into a regular file named /dev/null (as root,
+    # for the whole machine). A FIFO stands in for the device: it must still be one afterwards.
+    import os
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    audio = Audio(tone(440.0, 0.1), 16000)
+    try:
+        write_wav(fifo, audio)
+    finally:
+        reader.join(timeout=10)
+        if reader.is_alive():  # still blocked in open(): release it, or the session hangs
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert received and parse_wav(received[0]).frames == audio.frames
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]  # no temporary file left behind

@@ -9,6 +9,7 @@ file into one clear error instead of a traceback.
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import tempfile
 from dataclasses import dataclass
@@ -249,10 +250,28 @@ def wav_bytes(audio: Audio, *, float32: bool = False) -> bytes:
     return header + payload
 
 
+def _is_special_file(path: Path) -> bool:
+    """True when `path` exists and is not a regular file (a device, a FIFO, a socket)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 def write_wav(path: str | os.PathLike, audio: Audio, *, float32: bool = False) -> Path:
     """Write `audio` to `path` atomically (a reader never sees half a file)."""
     path = Path(path)
     data = wav_bytes(audio, float32=float32)
+    if _is_special_file(path):
+        # /dev/null, a FIFO, a terminal: write through it. Renaming a temporary file over it
+        # would replace the device with a regular file (as root, /dev/null for everyone).
+        try:
+            with open(path, "wb") as out:
+                out.write(data)
+        except OSError as exc:
+            raise UsageError(f"{path}: {exc.strerror or exc}") from None
+        return path
     directory = path.parent if str(path.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
