@@ -17,9 +17,21 @@ process runs (pid and start time, a zombie counts as dead) and its record has no
 `Turn` renews the expiry while it runs, so a crashed, killed or frozen holder never blocks the
 others past `VOCAL_CONCH_LOCK_EXPIRY`.
 
-A waiter is either a local process (pid, and liveness by pid) or a session with no pid (an
-agent that called in callback mode, or, later, a remote agent): that one keeps its place as
-long as it calls again (`heartbeat`) within `VOCAL_CONCH_REMOTE_TTL`.
+A waiter is either a local process (pid, and liveness by pid) or a session with no pid: an
+agent that called in callback mode, or a remote agent (in a container, over SSH, a tool server
+sharing the state directory) that called `vocal conch wait --session ID`. That one keeps its
+place as long as it calls again (`heartbeat`, or another `wait`) within `VOCAL_CONCH_REMOTE_TTL`;
+a `wait` that is blocked refreshes the place itself. Remote agents (`wait_remote`):
+
+    vocal conch wait --session S       join (or keep) the place; block at most
+                                       VOCAL_CONCH_WAIT_CAP s; exit 0 granted, 3 not yet (the
+                                       place is kept and the position printed)
+    vocal conch heartbeat --session S  every ~30 s: keeps the place, or renews the hold
+    vocal conch release --session S    gives the floor up (`leave` gives up a place)
+
+A floor granted to a remote session is held with no process behind it: it lasts
+`VOCAL_CONCH_LOCK_EXPIRY` from the grant and from each heartbeat (or `wait`) of that session,
+and the session's own `vocal speak`/`converse` commands speak without queueing meanwhile.
 
 Standard library only: `vocal conch status` is on the fast-start path.
 """
@@ -74,12 +86,15 @@ BUMP_SETTLE_S = 0.25
 class ConchBusy(ConchTimeout):
     """The floor was not granted: timeout in wait mode, or callback mode found it taken.
 
-    `position` is where the caller stands in the queue (1 = next), or None if it keeps no place.
+    `position` is where the caller stands in the queue (1 = next), or None if it keeps no place;
+    `holder` who holds the floor then (None while it is being handed over).
     """
 
-    def __init__(self, message: str, *, position: int | None, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, position: int | None, hint: str | None = None,
+                 holder: Holder | None = None) -> None:  # fmt: skip
         super().__init__(message, hint=hint)
         self.position = position
+        self.holder = holder
 
 
 class ConchLost(ConchTimeout):
@@ -169,6 +184,36 @@ class Held:
     position_on_arrival: int = 0
     #: Wall-clock time the hold expires unless renewed (`Conch.renew`).
     expires_at: float = float("inf")
+
+
+@dataclass
+class RemoteWait:
+    """What `Conch.wait_remote` returns: granted (`held`), or the place kept in the queue."""
+
+    session: str
+    granted: bool
+    waited_s: float
+    #: 0 when granted, else the place in the queue (1 = next); None: no place (it was removed).
+    position: int | None
+    queue_length: int
+    holder: Holder | None
+    held: Held | None = None
+    message: str = ""
+
+    def to_dict(self, now: float | None = None) -> dict[str, Any]:
+        now = time.time() if now is None else now
+        data: dict[str, Any] = {
+            "session": self.session,
+            "granted": self.granted,
+            "waited_s": round(self.waited_s, 3),
+            "position": self.position,
+            "queue_length": self.queue_length,
+            "holder": self.holder.to_dict() if self.holder else None,
+        }
+        if self.held is not None:
+            data["seq"] = self.held.seq
+            data["expires_in_s"] = round(self.held.expires_at - now, 3)
+        return data
 
 
 @dataclass
@@ -372,6 +417,7 @@ class Conch:
         timeout_s: float | None = None,
         keep_place: bool = False,
         detached: bool = False,
+        remote: bool = False,
         cancel: threading.Event | None = None,
         on_wait: Callable[[int, Holder | None], None] | None = None,
     ) -> Held:
@@ -384,6 +430,9 @@ class Conch:
                 it calls again within `remote_ttl_s`); the next call takes it when granted.
             detached: the floor stays with `session` after this process exits (`vocal conch
                 wait`), until `release_session`, a bump or the expiry.
+            remote: wait as a remote waiter: the place has no process behind it (it is kept
+                by heartbeats, refreshed while this call blocks) and it is kept when the wait
+                times out; implies `detached`. See `wait_remote`.
             cancel: set from another thread to give up waiting (`ConchCancelled`).
             on_wait: called with (position, holder) whenever the position changes.
 
@@ -391,8 +440,9 @@ class Conch:
             ConchBusy (exit 3): not granted in time, or busy in callback mode.
         """
         held = self._acquire(session=session, agent=agent, voice=voice, mode=mode,
-                             timeout_s=timeout_s, keep_place=keep_place, detached=detached,
-                             cancel=cancel, on_wait=on_wait)  # fmt: skip
+                             timeout_s=timeout_s, keep_place=keep_place,
+                             detached=detached or remote, remote=remote, cancel=cancel,
+                             on_wait=on_wait)  # fmt: skip
         if not held.reentrant:
             quiet = read_json(self._quiet_path)
             if isinstance(quiet, (int, float)):
@@ -409,6 +459,7 @@ class Conch:
         timeout_s: float | None,
         keep_place: bool,
         detached: bool,
+        remote: bool,
         cancel: threading.Event | None,
         on_wait: Callable[[int, Holder | None], None] | None,
     ) -> Held:
@@ -423,6 +474,8 @@ class Conch:
             state = self._tidy(now)
             held = self._reenter(state.holder, session, pid)
             if held is not None:
+                if remote:  # a remote holder calling again renews its hold
+                    held.expires_at = self._renew_holder(state.holder, now)  # type: ignore[arg-type]
                 return held
             # A place this session kept in callback mode is adopted, not duplicated.
             mine = next((w for w in state.waiters if w.session == session and w.pid is None), None)
@@ -452,20 +505,24 @@ class Conch:
                     mine.heartbeat_at = now
                     self._write_waiter(mine)
                     position = next(i for i, w in enumerate(state.waiters, 1) if w is mine)
-                raise _busy(state, position, session)
-            # Wait mode: join the queue (or adopt our kept place) with a wake socket.
+                raise _busy(state, position, session, remote=remote)
+            # Wait mode: join the queue (or adopt our kept place) with a wake socket. A remote
+            # waiter's place stays without a process: it outlives this call.
             if mine is None:
                 seq = next_counter(lock_fd)
                 mine = Waiter(seq, session, agent, voice, pid, None, HOST, now, now, float(seq))
-            mine.pid, mine.pid_start = pid, process_start(pid)
+            if remote:
+                mine.pid, mine.pid_start, mine.heartbeat_at = None, None, now
+            else:
+                mine.pid, mine.pid_start = pid, process_start(pid)
             mine.agent, mine.voice = agent or mine.agent, voice or mine.voice
             wake = _bind_wake(self._wake_path(mine.seq)) if self.wake else None
             self._write_waiter(mine)
             self._tidy(now)  # a free floor (holder died, queue empty ahead) goes to the head now
         try:
             return self._wait(mine, wake, agent=agent, voice=voice, holder_pid=holder_pid,
-                              started=started, timeout_s=timeout_s, cancel=cancel,
-                              on_wait=on_wait)  # fmt: skip
+                              started=started, timeout_s=timeout_s, remote=remote,
+                              cancel=cancel, on_wait=on_wait)  # fmt: skip
         finally:
             if wake is not None:
                 wake.close()
@@ -481,11 +538,13 @@ class Conch:
 
     def _wait(self, mine: Waiter, wake: socket.socket | None, *, agent: str | None,
               voice: str | None, holder_pid: int | None, started: float,
-              timeout_s: float | None, cancel: threading.Event | None,
+              timeout_s: float | None, remote: bool, cancel: threading.Event | None,
               on_wait: Callable[[int, Holder | None], None] | None) -> Held:  # fmt: skip
         deadline = None if timeout_s is None else started + timeout_s
         last_position = None
         taken = False
+        # A blocked remote waiter refreshes its own place, well inside the TTL.
+        refresh_s = min(5.0, self.remote_ttl_s / 4)
         try:
             while True:
                 with self._lock():
@@ -499,19 +558,25 @@ class Conch:
                                     time.monotonic() - started,
                                     position_on_arrival=last_position or 1,
                                     expires_at=holder.expires_at)  # fmt: skip
-                    position = next(
-                        (i for i, w in enumerate(state.waiters, 1) if w.seq == mine.seq), None
+                    position, me = next(
+                        ((i, w) for i, w in enumerate(state.waiters, 1) if w.seq == mine.seq),
+                        (None, None),
                     )
-                    if position is None:
+                    if me is None:
                         raise ConchBusy("this waiter was removed from the conch queue "
                                         "(vocal conch leave)", position=None)  # fmt: skip
+                    if remote and now - me.heartbeat_at >= refresh_s:
+                        me.heartbeat_at = now
+                        self._write_waiter(me)
                 if position != last_position:
                     if on_wait is not None:
                         on_wait(position, state.holder)
                     last_position = position
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
-                    raise _busy(state, position, mine.session, timeout_s=timeout_s)
+                    taken = remote  # a remote waiter keeps its place for its next call
+                    raise _busy(state, position, mine.session, timeout_s=timeout_s,
+                                remote=remote)  # fmt: skip
                 if cancel is not None and cancel.is_set():
                     raise ConchCancelled()
                 tick = HEAD_TICK_S if position == 1 or wake is None else TICK_S
@@ -621,16 +686,62 @@ class Conch:
             return len(gone)
 
     def heartbeat(self, session: str) -> int | None:
-        """Keep `session`'s place (pid-less waiters only); its position, or None if it has none."""
+        """Keep `session`'s place (pid-less waiters only), or renew the floor it holds with no
+        process (a remote agent after `wait_remote`).
+
+        Returns its position: 0 if it holds the floor, 1 if it is next, ...; None if it has
+        neither (never joined, left, or pruned after `remote_ttl_s` without a heartbeat).
+        """
         with self._lock():
             now = time.time()
             state = self._tidy(now)
+            holder = state.holder
+            if holder is not None and holder.session == session:
+                if holder.pid is None:  # a holding process (a Turn) renews its own hold
+                    self._renew_holder(holder, now)
+                return 0
             for position, waiter in enumerate(state.waiters, 1):
                 if waiter.session == session and waiter.pid is None:
                     waiter.heartbeat_at = now
                     self._write_waiter(waiter)
                     return position
             return None
+
+    def _renew_holder(self, holder: Holder, now: float) -> float:
+        """Push `holder`'s expiry to now + lock_expiry_s (under the lock); the new expiry."""
+        holder.expires_at = max(holder.expires_at, now + self.lock_expiry_s)
+        write_json(self._holder_path, holder.to_dict())
+        return holder.expires_at
+
+    def wait_remote(
+        self,
+        session: str,
+        *,
+        agent: str | None = None,
+        voice: str | None = None,
+        timeout_s: float = 0.0,
+        cancel: threading.Event | None = None,
+    ) -> RemoteWait:
+        """A remote agent's call for the floor (`vocal conch wait --session ID`).
+
+        Joins the queue as a waiter with no process (or finds the place `session` kept), blocks
+        at most `timeout_s` (0: look once), and returns either the floor, held by `session`
+        with no process until `release_session`, a bump or the expiry (renewed by `heartbeat`
+        and by calling again), or the place in the queue, which is kept: it lives as long as
+        the session calls `heartbeat` (or this again) within `remote_ttl_s`.
+        """
+        started = time.monotonic()
+        try:
+            held = self.acquire(session=session, agent=agent, voice=voice,
+                                mode="wait" if timeout_s > 0 else "callback", timeout_s=timeout_s,
+                                keep_place=True, remote=True, cancel=cancel)  # fmt: skip
+        except ConchBusy as busy:
+            state = self.status()
+            return RemoteWait(session, False, time.monotonic() - started, busy.position,
+                              len(state.waiters), busy.holder, message=str(busy))  # fmt: skip
+        with self._lock():
+            holder = self._read_holder()
+        return RemoteWait(session, True, time.monotonic() - started, 0, 0, holder, held)
 
     def status(self) -> ConchState:
         """The holder, the outstanding grant and the queue, after dropping the dead."""
@@ -639,7 +750,7 @@ class Conch:
 
 
 def _busy(state: ConchState, position: int | None, session: str,
-          timeout_s: float | None = None) -> ConchBusy:  # fmt: skip
+          timeout_s: float | None = None, remote: bool = False) -> ConchBusy:  # fmt: skip
     holder = state.holder
     who = "nobody (handing over)"
     if holder is not None:
@@ -651,7 +762,12 @@ def _busy(state: ConchState, position: int | None, session: str,
     else:
         message = f"the floor is taken by {who} ({where})"
         hint = "call again later; see `vocal conch status`"
-    return ConchBusy(message, position=position, hint=hint)
+    if remote and position:
+        hint = (
+            f"the place is kept while `vocal conch heartbeat --session {session}` runs about "
+            "every 30 s (or `vocal conch wait` again); `vocal conch leave` gives it up"
+        )
+    return ConchBusy(message, position=position, hint=hint, holder=holder)
 
 
 def _bind_wake(path: Path) -> socket.socket | None:
@@ -737,6 +853,7 @@ __all__ = [
     "Held",
     "Holder",
     "HoldWatcher",
+    "RemoteWait",
     "Waiter",
     "default_session",
 ]

@@ -18,11 +18,6 @@ from pathlib import Path
 
 from vocal.errors import UsageError
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 CONFIG_FILE_NAME = "config.toml"
 
 
@@ -83,6 +78,29 @@ class Settings:
     barge_in: bool = True
     barge_in_chunks: int = 3
     barge_in_threshold: float = 0.5
+    # Cues (issue 8): what plays `vocal cue` files: "auto" (paplay on Linux, else PortAudio),
+    # "paplay" or "portaudio" (vocal.cues, benchmarks/cue).
+    cue_player: str = "auto"
+    # Pieces of one message (issue 9): how long a reader waits for a missing piece before it
+    # goes on from the earliest piece that arrived.
+    piece_timeout_s: float = field(default=3.0, metadata=_env("VOCAL_PIECE_TIMEOUT"))
+
+    # Many agents (issue 10). conch_wait_cap_s: the longest `vocal conch wait` blocks (a remote
+    # agent's tool call must return; it keeps its place and calls again). auto_focus_pane:
+    # select the tmux pane of the agent that takes the floor; focus_hold_s: how long a pane
+    # the person chose (or `vocal focus hold`) keeps focus from jumping (vocal.focus).
+    conch_wait_cap_s: float = field(default=60.0, metadata=_env("VOCAL_CONCH_WAIT_CAP"))
+    auto_focus_pane: bool = False
+    focus_hold_s: float = field(default=30.0, metadata=_env("VOCAL_FOCUS_HOLD_SECONDS"))
+
+    # Latency (issues 3, 4, 7; benchmarks/listen, converse). stt_warm_up: run Whisper once on
+    # near-silence right after it loads (its first call is slower); early_transcription_ms: how
+    # long a pause lasts before Whisper starts on the utterance so far (vocal.listening).
+    stt_warm_up: bool = True
+    early_transcription_ms: int = 96
+    # barge_in_onset_threshold: a lower probability allowed for the first chunk of a barge-in's
+    # run (vocal.bargein.BargeInOptions.onset_threshold); unset: off (measured: benchmarks/aec).
+    barge_in_onset_threshold: float | None = None
 
     # -- the state directory's layout --------------------------------------------------------
     @property
@@ -161,6 +179,11 @@ def read_config_file(path: Path) -> dict[str, object]:
         return {}
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    # Imported only when there is a file to parse: a cue hook pays 10-17 ms for tomllib.
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
     try:
         return tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

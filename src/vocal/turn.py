@@ -7,12 +7,13 @@ On entry the turn binds its control socket (so `vocal control stop` can cancel e
 then takes the conch (unless `use_conch=False`): blocking in "wait" mode, or raising `ConchBusy`
 (exit 3) at once in "callback" mode. While it holds the floor a watcher thread renews the hold
 and notices when it is lost (`vocal conch bump`, expiry): the output is stopped at once and
-`play` raises `ConchLost` (exit 3). Control commands act on the attached output from the
-socket's thread (stop/pause/resume land within one audio block) and are queued as events for
-the main thread (skip_forward, skip_back), which `play` handles; callers that drive their own
-loop (speak with streamed sentences, converse while listening) register callbacks with `on`
-and read `events`. On exit, also by exception, SIGTERM or SIGHUP, the turn stops the output,
-releases the floor and removes its socket.
+`play` raises `ConchLost` (exit 3). With VOCAL_AUTO_FOCUS_PANE, taking the floor also selects
+the turn's tmux pane (vocal.focus), beside the audio. Control commands act on the attached
+output from the socket's thread (stop/pause/resume land within one audio block) and are queued
+as events for the main thread (skip_forward, skip_back), which `play` handles; callers that
+drive their own loop (speak with streamed sentences, converse while listening) register
+callbacks with `on` and read `events`. On exit, also by exception, SIGTERM or SIGHUP, the turn
+stops the output, releases the floor and removes its socket.
 """
 
 from __future__ import annotations
@@ -120,6 +121,9 @@ class Turn:
         self._watcher: HoldWatcher | None = None
         self._old_handlers: dict[int, Any] = {}
         self._warmer: threading.Thread | None = None
+        self._focuser: threading.Thread | None = None
+        #: What pane focus did when this turn took the floor (vocal.focus.FocusResult).
+        self.focus: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> Turn:
@@ -165,6 +169,15 @@ class Turn:
             return
         self.position = 0
         self._watcher = HoldWatcher(self.conch, self.held, self._on_lost).start()
+        if self.settings.auto_focus_pane:  # off: no import, no tmux process
+            # Beside the audio, not before it: two tmux calls cost ~10-20 ms.
+            self._focuser = threading.Thread(target=self._focus_pane, name="focus", daemon=True)
+            self._focuser.start()
+
+    def _focus_pane(self) -> None:
+        from vocal.focus import focus_pane
+
+        self.focus = focus_pane(self.settings)
 
     def _on_wait(self, position: int, holder: Holder | None) -> None:
         first = self.position is None
@@ -191,6 +204,8 @@ class Turn:
             self._server.close()
             self._server = None
         self._restore_signal_handlers()
+        if self._focuser is not None:
+            self._focuser.join(5.0)
         if self._warmer is not None:
             # Exiting while that thread is inside Pa_Initialize crashes the interpreter at
             # shutdown (SIGSEGV seen when SIGTERM came during the wait): let it finish.

@@ -1,4 +1,4 @@
-"""The floor: who speaks now, who waits, and the operator's overrides."""
+"""The floor: who speaks now, who waits (local or remote agents), and the operator's overrides."""
 
 from __future__ import annotations
 
@@ -105,36 +105,94 @@ def wait(
     session: str | None = typer.Option(None, "--session", help=_SESSION_HELP),
     agent: str | None = typer.Option(None, "--agent", help="A name shown in status."),
     timeout: float | None = typer.Option(
-        None, "--timeout", min=0.0, help="Seconds to wait (default VOCAL_CONCH_TIMEOUT)."
-    ),
+        None,
+        "--timeout",
+        min=0.0,
+        help="Seconds to wait (default VOCAL_CONCH_TIMEOUT), at most VOCAL_CONCH_WAIT_CAP.",
+    ),  # fmt: skip
     callback: bool = typer.Option(
         False, "--callback", help="Do not wait: take it if free, else keep a place and exit 3."
     ),
-    as_json: bool = typer.Option(False, "--json", help="Print the hold as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the outcome as JSON."),
 ) -> None:
-    """Take the floor for your session, held after this exits.
+    """Take the floor for your session, held after this exits; or keep a place in the queue.
 
-    The session's own `vocal speak`/`converse` commands then speak without queueing, until
-    `vocal conch release`, a bump, or VOCAL_CONCH_LOCK_EXPIRY. Exit 3 if it is not granted in
-    time (or at once with --callback; the place in the queue is kept for
-    VOCAL_CONCH_REMOTE_TTL, and calling again takes the floor when it is granted).
+    This is how an agent that is not a local process (in a container, over SSH, a tool server
+    sharing the state directory) takes turns: the place it takes in the queue has no process
+    behind it. The call blocks at most VOCAL_CONCH_WAIT_CAP seconds (default 60; --timeout or
+    VOCAL_CONCH_TIMEOUT if shorter) and prints where it stands:
+
+    granted (exit 0): the session holds the floor; its own `vocal speak`/`converse` commands
+    speak without queueing, until `vocal conch release --session ID`, a bump, or
+    VOCAL_CONCH_LOCK_EXPIRY after the grant or the last `vocal conch heartbeat`.
+
+    not granted (exit 3): stdout says the position (1 = next) and who holds the floor. The
+    place is kept while the session calls `vocal conch heartbeat --session ID` (about every
+    30 s) or `wait` again within VOCAL_CONCH_REMOTE_TTL (default 90 s); calling `wait` again
+    takes the floor once it is granted. `vocal conch leave` gives the place up.
     """
-    from vocal.conch import Conch
+    from vocal.conch import Conch, ConchBusy
     from vocal.config import load_settings
 
     settings = load_settings(session=session, agent=agent)
     name = _session(settings.session, "wait")
-    held = Conch.from_settings(settings).acquire(
-        session=name,
-        agent=settings.agent,
-        mode="callback" if callback else settings.conch_mode,
-        timeout_s=settings.conch_timeout_s if timeout is None else timeout,
-        keep_place=True,
-        detached=True,
-    )
+    limit_s = settings.conch_timeout_s if timeout is None else timeout
+    if callback or settings.conch_mode == "callback":
+        limit_s = 0.0
+    limit_s = min(limit_s, settings.conch_wait_cap_s)
+    outcome = Conch.from_settings(settings).wait_remote(name, agent=settings.agent,
+                                                        timeout_s=limit_s)  # fmt: skip
+    if outcome.granted and settings.auto_focus_pane:
+        from vocal.focus import focus_pane
+
+        focus_pane(settings)
     if as_json:
-        print(json.dumps({"session": held.session, "seq": held.seq,
-                          "waited_s": round(held.waited_s, 3)}))  # fmt: skip
+        print(json.dumps(outcome.to_dict()))
+    elif outcome.granted:
+        print(f"granted: session {name} holds the floor")
+    elif outcome.position:
+        holder = _who(outcome.holder.to_dict()) if outcome.holder else "nobody (handing over)"
+        print(f"waiting: position {outcome.position} of {outcome.queue_length}; "
+              f"speaking: {holder}")  # fmt: skip
+    if not outcome.granted:
+        raise ConchBusy(outcome.message, position=outcome.position, holder=outcome.holder)
+
+
+@app.command()
+def heartbeat(
+    session: str | None = typer.Option(None, "--session", help=_SESSION_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the place as JSON."),
+) -> None:
+    """Keep your session's place in the queue, or renew the floor it holds.
+
+    A remote agent calls this about every 30 s while it waits (a place with no heartbeat for
+    VOCAL_CONCH_REMOTE_TTL seconds, default 90, is dropped) and while it holds the floor (the
+    hold then lasts VOCAL_CONCH_LOCK_EXPIRY from now). Prints the position (0: holding, 1: next;
+    "granted" when the floor waits for it: call `vocal conch wait` to take it). Exit 3 if the
+    session has no place (never joined, left, or dropped): call `vocal conch wait` again.
+    """
+    from vocal.conch import ConchBusy
+
+    name = _session(session, "heartbeat")
+    conch = _conch()
+    position = conch.heartbeat(name)
+    if position is None:
+        raise ConchBusy(f"session {name!r} holds no place in the conch queue", position=None,
+                        hint="call `vocal conch wait --session ID` to join it")  # fmt: skip
+    state = conch.status()
+    granted = state.grant is not None and state.grant.session == name
+    holder = state.holder.to_dict() if state.holder else None
+    if as_json:
+        print(json.dumps({"session": name, "position": position, "granted": granted,
+                          "queue_length": len(state.waiters), "holder": holder}))  # fmt: skip
+    elif position == 0:
+        print(f"holding: session {name} holds the floor, "
+              f"expires in {state.holder.expires_at - state.now:.0f} s")  # fmt: skip
+    elif granted:
+        print(f"granted: the floor waits for session {name}: call `vocal conch wait` to take it")
+    else:
+        who = _who(holder) if holder else "nobody (handing over)"
+        print(f"waiting: position {position} of {len(state.waiters)}; speaking: {who}")
 
 
 @app.command()
