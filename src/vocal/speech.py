@@ -23,6 +23,7 @@ The speech check: each synthesized sentence must have a loud-enough peak and qui
 from __future__ import annotations
 
 import collections
+import contextlib
 import importlib
 import queue
 import sys
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from vocal.config import Settings
+    from vocal.pieces import PieceOutcome
     from vocal.tts import TtsEngine
 
 #: Sentences synthesized ahead of the feeder: enough to hide one slow sentence, few enough that
@@ -834,7 +836,6 @@ def speak(
         ConchLost: the floor was taken while speaking (`vocal conch bump`): exit 3.
     """
     from vocal.gates import read_gates
-    from vocal.tts import engine_class
 
     started_at_s = time.monotonic() if started_at_s is None else started_at_s
     if not text.strip():
@@ -848,6 +849,8 @@ def speak(
             )
             return None
         gain = gates.gain if gain is None else gain
+    from vocal.tts import engine_class  # after the gates: muted imports no engine registry
+
     utterances = utterances_of(text, quotes=options.quotes)
     wanted = options.voice or settings.voice
     name, voice = resolve_voice(wanted, options.engine, settings)
@@ -974,13 +977,7 @@ def _speak_in_turn(
             if writer is not None:
                 turn_outcome.utterance_ids = list(writer.ids)
             turn.check()  # the floor was lost: exit 3 (the output was silenced at once)
-            if back is not None:
-                # skip_back: the history walk chose an utterance (the first press: this one);
-                # play its PCM in this turn, where further skip_backs step on.
-                replayed = turn.play(back.audio(), record=False, utterance=back,
-                                     device=options.device or settings.output_device,
-                                     volume=1.0 if gain is None else gain)  # fmt: skip
-                turn_outcome.utterance_ids += [i for i in replayed.played_ids if i is not None]
+            _replay_back(turn, back, turn_outcome, gain, options, settings)
     except BaseException:
         speech.stop()
         speech.join(2.0)
@@ -995,6 +992,18 @@ def _speak_in_turn(
     return result
 
 
+def _replay_back(turn: Any, back: Any, turn_outcome: TurnOutcome, gain: float | None,
+                 options: SpeakOptions, settings: Settings) -> None:  # fmt: skip
+    """skip_back: the history walk chose an utterance (the first press: this one); play its
+    PCM in this turn, where further skip_backs step on."""
+    if back is None:
+        return
+    replayed = turn.play(back.audio(), record=False, utterance=back,
+                         device=options.device or settings.output_device,
+                         volume=1.0 if gain is None else gain)  # fmt: skip
+    turn_outcome.utterance_ids += [i for i in replayed.played_ids if i is not None]
+
+
 def _play_in_turn(
     speech: Speech,
     turn: Any,
@@ -1005,8 +1014,13 @@ def _play_in_turn(
     settings: Settings,
     on_start: Callable[[Speech], None] | None,
     writer: _HistoryWriter | None,
+    should_stop: Callable[[], bool] | None = None,
 ) -> Any:
-    """Play the speech in `turn` until it ends; the utterance a skip_back chose, if any."""
+    """Play the speech in `turn` until it ends; the utterance a skip_back chose, if any.
+
+    `should_stop` is polled between sentences and while one plays (a newer message has
+    superseded this one): when it says so the speech stops at once (outcome "superseded").
+    """
     try:
         # turn.guard_block silences the output in the audio callback once the floor is lost.
         output = open_speech_output(
@@ -1031,6 +1045,9 @@ def _play_in_turn(
             try:
                 event = turn.events.get(timeout=_POLL_S * 4)
             except queue.Empty:
+                if should_stop is not None and should_stop():
+                    turn_outcome.outcome = "superseded"
+                    speech.stop()
                 continue
             if event.cmd in ("stop", "lost", "skip_forward", "skip_back"):
                 turn_outcome.outcome = {"stop": "stopped", "lost": "lost",
@@ -1050,6 +1067,195 @@ def _play_in_turn(
         if writer is not None:
             writer.finish()
     return back
+
+
+# -- pieces of a message (`vocal speak --message ID --piece N`) -----------------------------------
+class _KeepOpen:
+    """An engine shared by the speeches of several pieces: `Speech` closes its engine after
+    its last sentence, which must not end it for the next piece (closed in `PieceSpeaker`)."""
+
+    def __init__(self, engine: TtsEngine) -> None:
+        self._engine = engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def close(self) -> None:
+        pass
+
+
+class PieceSpeaker:
+    """Speaks the pieces that one process reads as its message's reader: the engine is loaded
+    once and the floor taken once (at the first piece with a spoken line) for all of them.
+
+    `read(piece, text)` is `vocal.pieces.run_piece`'s callback; `should_stop` says that a newer
+    message superseded this one (polled between sentences and while one plays).
+    """
+
+    def __init__(
+        self,
+        options: SpeakOptions,
+        settings: Settings,
+        *,
+        gain: float | None,
+        should_stop: Callable[[], bool],
+        report: Report | None = _stderr,
+    ) -> None:
+        self.options = options
+        self.settings = settings
+        self.gain = gain
+        self.should_stop = should_stop
+        self.report = report
+        self._stack = contextlib.ExitStack()
+        self._turn: Any = None
+        self._engine: TtsEngine | None = None
+        self._voice: tuple[str, str | None, str | None, int] | None = None
+        self._preload: threading.Thread | None = None
+
+    def _resolved(self) -> tuple[str, str | None, str | None, int]:
+        if self._voice is None:
+            from vocal.tts import engine_class
+
+            wanted = self.options.voice or self.settings.voice
+            name, voice = resolve_voice(wanted, self.options.engine, self.settings)
+            stored = (
+                name == "chatterbox"
+                and wanted is not None
+                and ":" not in wanted
+                and voice != wanted
+            )
+            self._voice = (name, voice, wanted if stored else voice,
+                           engine_class(name).sample_rate)  # fmt: skip
+        return self._voice
+
+    def _engine_source(self) -> Any:
+        if self._engine is not None:
+            return _KeepOpen(self._engine)
+        name, voice, _shown, _rate = self._resolved()
+        load = engine_loader(name, voice, self.settings)
+
+        def loader() -> Any:
+            self._engine = load()
+            return _KeepOpen(self._engine)
+
+        return loader
+
+    def read(self, piece: int, text: str) -> tuple[str, dict[str, Any] | None]:
+        """Speak one piece: ("read" | "empty" | "skipped" | "superseded" | "stopped", result)."""
+        from vocal.turn import Turn
+
+        utterances = utterances_of(text, quotes=self.options.quotes)
+        if not any(speakable_lines(u, english_only=False) for u in utterances):
+            return "empty", None
+        if self.should_stop():
+            return "superseded", None
+        name, _voice, shown, rate = self._resolved()
+        speech = Speech(self._engine_source(), utterances, engine_name=name, voice=shown,
+                        sample_rate=rate, speed=self.options.speed or self.settings.speed,
+                        check=self.options.check, report=self.report)  # fmt: skip
+        writer = None
+        if self.options.record:
+            writer = _HistoryWriter(None, speech._utterances, shown, rate)
+            speech._on_sentence = writer.add
+        speech.start()
+        turn_outcome = TurnOutcome()
+        speech.result.turn = turn_outcome
+        try:
+            if self._turn is None:
+                self._preload = preload_audio_backend()
+                self._turn = self._stack.enter_context(
+                    Turn(
+                        self.settings,
+                        kind="speak",
+                        voice=shown,
+                        use_conch=self.options.use_conch,
+                        warm_audio=False,
+                        status=self.report or (lambda _m: None),
+                    )  # fmt: skip
+                )
+            turn = self._turn
+            turn_outcome.session = turn.session
+            if turn.held is not None:
+                turn_outcome.seq, turn_outcome.waited_s = turn.held.seq, turn.held.waited_s
+            if turn.stopped.is_set():
+                speech.stop()
+                speech.wait()
+                return "stopped", speech.result.to_dict()
+            if self.should_stop():  # superseded while this process waited for the floor
+                speech.stop()
+                speech.wait()
+                return "superseded", speech.result.to_dict()
+            if writer is not None:
+                writer.turn = turn
+            back = _play_in_turn(
+                speech, turn, turn_outcome, rate, self.gain, self.options, self.settings, None,
+                writer, should_stop=self.should_stop,
+            )  # fmt: skip
+            if writer is not None:
+                turn_outcome.utterance_ids = list(writer.ids)
+            turn.check()
+            _replay_back(turn, back, turn_outcome, self.gain, self.options, self.settings)
+        except BaseException:
+            speech.stop()
+            speech.join(2.0)
+            raise
+        status = {"finished": "read", "replayed": "read", "skipped": "skipped",
+                  "stopped": "stopped", "superseded": "superseded"}.get(
+                      turn_outcome.outcome, turn_outcome.outcome)  # fmt: skip
+        if status == "read" and not speech.result.played:
+            status = "empty"  # every sentence failed the speech check, or nothing was left
+        return status, speech.result.to_dict()
+
+    def close(self) -> None:
+        """Give the floor back and close the engine."""
+        try:
+            self._stack.close()
+        finally:
+            if self._engine is not None:
+                with contextlib.suppress(Exception):
+                    self._engine.close()
+            if self._preload is not None:
+                self._preload.join(5.0)
+
+
+def speak_piece(
+    text: str,
+    options: SpeakOptions,
+    settings: Settings,
+    *,
+    message: str,
+    piece: int,
+    final: bool = False,
+    report: Report | None = _stderr,
+) -> PieceOutcome:
+    """`vocal speak --message ID --piece N [--final]`: send one piece of a message and stay
+    until it is read (by this process or by another of the message), dropped or superseded;
+    see `vocal.pieces`. Gates first: muted or volume 0 returns at once ("muted"), before any
+    waiting, engine or floor.
+    """
+    from vocal.gates import read_gates
+    from vocal.pieces import MessageBoard, PieceOutcome, run_piece, validate_message_id
+
+    validate_message_id(message)
+    gain = options.volume
+    if options.output is not None:
+        raise UsageError("--message pieces are spoken, not written: drop --output")
+    gates = read_gates(settings.home)
+    if gates.silent:
+        (report or (lambda _m: None))(
+            "muted: nothing spoken" if gates.muted else "volume is 0: nothing spoken"
+        )
+        now = time.monotonic()
+        return PieceOutcome("muted", message, piece, final, arrived_at_s=now, finished_at_s=now)
+    gain = gates.gain if gain is None else gain
+    board = MessageBoard(settings.run_dir, settings.session)
+    speaker = PieceSpeaker(options, settings, gain=gain, report=report,
+                           should_stop=lambda: board.superseded(message))  # fmt: skip
+    try:
+        return run_piece(board, message, piece, text, final=final, read=speaker.read,
+                         timeout_s=settings.piece_timeout_s)  # fmt: skip
+    finally:
+        speaker.close()
 
 
 def _check_spoken(result: SpeechResult) -> None:
@@ -1093,6 +1299,8 @@ __all__ = [
     "SpeakOptions",
     "TurnOutcome",
     "speak",
+    "speak_piece",
+    "PieceSpeaker",
     "decode_input",
     "process_started_at_s",
     "preload_audio_backend",

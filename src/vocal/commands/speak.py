@@ -47,6 +47,13 @@ def speak(
         None, "--agent", help="A name for `vocal conch status` (default VOCAL_AGENT)."
     ),
     no_history: bool = typer.Option(False, "--no-history", help="Do not keep it for replay."),
+    message: str | None = typer.Option(
+        None, "--message", help="Message id: TEXT is one piece of it (agent hooks; see below)."
+    ),
+    piece: int | None = typer.Option(
+        None, "--piece", min=0, help="Which piece of --message TEXT is, numbered from 0."
+    ),
+    final: bool = typer.Option(False, "--final", help="This is the message's last piece."),
     json_output: bool = typer.Option(False, "--json", help="Print timings and sentences as JSON."),
 ) -> None:
     """Say TEXT through the speaker: the next sentence is synthesized while one plays.
@@ -60,6 +67,17 @@ def speak(
     text is skipped)/skip-back (replays from the history) while it waits and speaks, and keeps
     what it said in the history for `vocal replay`. A --voice stored with `vocal voices add`
     speaks through the chatterbox cloning engine.
+
+    Pieces (agent hooks: a reply arrives cut at line breaks, one process per piece, in any
+    order): `--message ID --piece N [--final]`, pieces numbered from 0. Every piece is sent,
+    even one with nothing to say, so a missing piece can be told from an empty one. A piece is
+    read only after every piece before it; one that has not arrived is waited for at most
+    VOCAL_PIECE_TIMEOUT seconds (default 3), then reading goes on from the earliest piece that
+    arrived. Whichever process holds the message reads it in order, one engine and one floor for
+    all. A newer message in the same session (VOCAL_SESSION / --session) supersedes an older
+    one: the older one stops at the line it has reached and its waiting and late pieces exit 3
+    with status "superseded" in --json (a piece arriving after its turn passed: "late", exit 3).
+    Statuses: read, empty, skipped, stopped, muted (exit 0); superseded, late (exit 3).
 
     Exit codes: 2 for empty text, binary stdin, an unknown voice or engine; 3 when the floor is
     not granted in time or is taken while speaking (`vocal conch bump`); 5 when the engine or
@@ -87,6 +105,9 @@ def speak(
         engine=engine, voice=voice, speed=speed, volume=volume, output=output, device=device,
         quotes=quotes, use_conch=not no_conch, record=not no_history,
     )  # fmt: skip
+    if message is not None or piece is not None or final:
+        _speak_piece(text, options, settings, message, piece, final, json_output)
+        return
     result = speak_text(text, options, settings, started_at_s=started_at_s)
     if result is not None and not result.sentences and not result.stopped:
         typer.echo("vocal: nothing speakable in the text", err=True)
@@ -99,3 +120,25 @@ def speak(
         )
         payload["output"] = str(output) if output is not None else None
         typer.echo(json.dumps(payload))
+
+
+def _speak_piece(text: str, options: object, settings: object, message: str | None,
+                 piece: int | None, final: bool, json_output: bool) -> None:  # fmt: skip
+    import json
+
+    from vocal.errors import UsageError
+    from vocal.speech import speak_piece
+
+    if message is None or piece is None:
+        raise UsageError("pieces need both --message ID and --piece N")
+    outcome = speak_piece(text, options, settings, message=message, piece=piece, final=final)
+    if outcome.exit_code:
+        superseded = outcome.status == "superseded"
+        why = "a newer message superseded it" if superseded else "its turn had passed"
+        typer.echo(f"vocal: piece {piece} of message {message} not read: {why}", err=True)
+    if json_output:
+        payload = outcome.to_dict()
+        payload["speech"] = [d for d in outcome.details if d is not None]
+        typer.echo(json.dumps(payload))
+    if outcome.exit_code:
+        raise typer.Exit(outcome.exit_code)

@@ -1,0 +1,440 @@
+"""vocal in an agent's hooks (issue 9): install, remove and inspect our entries, and the adapter
+the reply hook runs.
+
+Claude Code reads hooks from `~/.claude/settings.json` (scope "user") or `.claude/settings.json`
+in a project (scope "project"): `{"hooks": {EVENT: [{"matcher": ..., "hooks": [{"type":
+"command", "command": ..., "timeout": S}]}]}}`; a command hook gets the event as JSON on stdin
+(`session_id`, `transcript_path`, `hook_event_name`, and on `Stop` the reply itself as
+`last_assistant_message` in recent versions). Two events map onto what vocal needs:
+
+- `Stop` (the agent finished its reply, which is on screen) runs `vocal hooks reply`: it reads
+  the event, takes the reply's text (from the event, else the transcript's last assistant
+  turn), and hands it to a detached `vocal speak --quotes --message ID --piece 0 --final`
+  scoped to the agent's session, so the agent is not held up while vocal speaks, a newer reply
+  supersedes one still being read, and replies of other sessions take turns through the conch.
+  (Stop carries the whole reply, so it is one piece; agents that show a reply in pieces run
+  `vocal speak --message ID --piece N` per piece themselves.)
+- `SessionStart` runs `vocal warmup --detach`: every on-disk cache is primed in the background
+  so the first reply pays no lazy set-up.
+
+Install writes our entries beside whatever is there, keeps a backup of the original bytes
+(`settings.json.vocal-backup`) and writes nothing when our entries are already in place; other
+entries keep their text when the file is laid out as JSON with a consistent indent (we write
+it back with the indent we found). Remove restores the backup byte for byte when the file is
+exactly what install left; if it was edited since, only our entries are taken out.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vocal.errors import UsageError
+
+AGENTS = ("claude-code",)
+SCOPES = ("user", "project")
+BACKUP_SUFFIX = ".vocal-backup"
+#: Our commands end with these; an entry whose command does is ours.
+REPLY_ARGS = "hooks reply"
+WARM_ARGS = "warmup --detach"
+#: Seconds Claude Code gives each hook: both return within a process start (they detach).
+HOOK_TIMEOUT_S = 30
+
+
+def vocal_command() -> str:
+    """How a hook runs this vocal: the `vocal` script on PATH if it is this installation's,
+    else this interpreter with `-m vocal` (a virtualenv not on the agent's PATH)."""
+    script = Path(sys.executable).parent / "vocal"
+    if script.is_file() and os.access(script, os.X_OK):
+        return shlex.quote(str(script))
+    found = shutil.which("vocal")
+    if found and Path(found).resolve().parent == Path(sys.executable).resolve().parent:
+        return shlex.quote(found)
+    return f"{shlex.quote(sys.executable)} -m vocal"
+
+
+def settings_path(scope: str, project_dir: Path | None = None) -> Path:
+    """Claude Code's settings file for `scope`."""
+    if scope == "user":
+        return Path.home() / ".claude" / "settings.json"
+    if scope == "project":
+        return (project_dir or Path.cwd()) / ".claude" / "settings.json"
+    raise UsageError(f"scope must be one of {', '.join(SCOPES)}, got {scope!r}")
+
+
+def check_agent(agent: str) -> str:
+    if agent not in AGENTS:
+        raise UsageError(f"unknown agent {agent!r}", hint=f"supported: {', '.join(AGENTS)}")
+    return agent
+
+
+def our_entries(command: str) -> dict[str, list[dict[str, Any]]]:
+    """The matcher groups vocal adds, per event."""
+
+    def group(args: str) -> dict[str, Any]:
+        return {"hooks": [{"type": "command", "command": f"{command} {args}",
+                           "timeout": HOOK_TIMEOUT_S}]}  # fmt: skip
+
+    return {"SessionStart": [group(WARM_ARGS)], "Stop": [group(REPLY_ARGS)]}
+
+
+def is_ours(hook: Any) -> bool:
+    """A hook (the inner {"type": "command", ...}) that vocal installed."""
+    if not isinstance(hook, dict) or not isinstance(hook.get("command"), str):
+        return False
+    command = hook["command"].strip()
+    return "vocal" in command and command.endswith((f" {REPLY_ARGS}", f" {WARM_ARGS}"))
+
+
+# -- reading and writing settings files with their layout --------------------------------------
+@dataclass
+class Layout:
+    """How a JSON file was laid out, so it can be written back the same way."""
+
+    indent: str | int | None = 2
+    trailing_newline: bool = True
+
+    @classmethod
+    def of(cls, text: str) -> Layout:
+        match = re.search(r"\n([ \t]+)\S", text)
+        if match is None:
+            indent: str | int | None = None if "\n" not in text.strip() else 2
+        else:
+            white = match.group(1)
+            indent = white if "\t" in white else len(white)
+        return cls(indent, text.endswith("\n"))
+
+    def dump(self, data: Any) -> bytes:
+        if self.indent is None:
+            text = json.dumps(data, ensure_ascii=False)
+        else:
+            text = json.dumps(data, ensure_ascii=False, indent=self.indent)
+        return (text + ("\n" if self.trailing_newline else "")).encode("utf-8")
+
+
+def _parse(path: Path, raw: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(raw.decode("utf-8-sig")) if raw.strip() else {}
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(
+            f"{path} is not valid JSON ({exc})", hint="fix it, then run this again"
+        ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("hooks", {}), dict):
+        raise UsageError(f"{path} does not hold a settings object with a 'hooks' object")
+    return data
+
+
+def _with_ours(raw: bytes | None, path: Path, command: str) -> bytes:
+    """The settings file `raw` (None: no file) with our entries added."""
+    text = raw.decode("utf-8-sig") if raw else ""
+    data = _parse(path, raw or b"")
+    layout = Layout.of(text) if text.strip() else Layout()
+    hooks = data.setdefault("hooks", {})
+    for event, groups in our_entries(command).items():
+        existing = hooks.setdefault(event, [])
+        if not isinstance(existing, list):
+            raise UsageError(f"{path}: hooks.{event} is not a list")
+        existing.extend(groups)
+    return layout.dump(data)
+
+
+def _without_ours(raw: bytes, path: Path) -> tuple[bytes, int]:
+    """The settings file with our hooks taken out (and groups or events they leave empty)."""
+    text = raw.decode("utf-8-sig")
+    data = _parse(path, raw)
+    layout = Layout.of(text)
+    hooks = data.get("hooks", {})
+    removed = 0
+    for event in list(hooks):
+        groups = hooks[event]
+        if not isinstance(groups, list):
+            continue
+        kept_groups = []
+        for group in groups:
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            if isinstance(inner, list) and any(is_ours(h) for h in inner):
+                removed += sum(1 for h in inner if is_ours(h))
+                rest = [h for h in inner if not is_ours(h)]
+                if rest:
+                    kept_groups.append({**group, "hooks": rest})
+                continue
+            kept_groups.append(group)
+        if kept_groups:
+            hooks[event] = kept_groups
+        else:
+            del hooks[event]
+    if not hooks and "hooks" in data:
+        del data["hooks"]
+    return layout.dump(data), removed
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _write(path: Path, data: bytes) -> None:
+    """Replace `path` atomically, keeping its permissions."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mode = None
+    with contextlib.suppress(FileNotFoundError):
+        mode = path.stat().st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _our_hooks(raw: bytes | None, path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(event, hook) for each of our hooks in the settings file `raw`."""
+    if raw is None:
+        return
+    for event, groups in _parse(path, raw).get("hooks", {}).items():
+        for group in groups if isinstance(groups, list) else []:
+            inner = group.get("hooks") if isinstance(group, dict) else None
+            for hook in inner if isinstance(inner, list) else []:
+                if is_ours(hook):
+                    yield event, hook
+
+
+def _installed(raw: bytes | None, path: Path) -> list[str]:
+    """Events that hold one of our hooks."""
+    return sorted({event for event, _hook in _our_hooks(raw, path)})
+
+
+def _our_command(raw: bytes, path: Path) -> str | None:
+    """The vocal command prefix our installed hooks use."""
+    for _event, hook in _our_hooks(raw, path):
+        command = hook["command"].strip()
+        for args in (REPLY_ARGS, WARM_ARGS):
+            if command.endswith(" " + args):
+                return command[: -len(args) - 1]
+    return None
+
+
+def _current(
+    scope: str, agent: str, project_dir: Path | None
+) -> tuple[Path, bytes | None, list[str]]:
+    """The settings file for `scope`, its bytes (None: no file) and the events we hook."""
+    check_agent(agent)
+    path = settings_path(scope, project_dir)
+    raw = _read(path)
+    return path, raw, _installed(raw, path)
+
+
+# -- the three verbs -----------------------------------------------------------------------------
+@dataclass
+class HookReport:
+    """What install, remove or status found and did to one settings file."""
+
+    agent: str
+    scope: str
+    path: Path
+    action: str  # installed, unchanged, removed, restored, absent, status
+    events: list[str] = field(default_factory=list)
+    backup: Path | None = None
+    command: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent, "scope": self.scope, "path": str(self.path),
+            "action": self.action, "events": self.events,
+            "backup": str(self.backup) if self.backup else None, "command": self.command,
+        }  # fmt: skip
+
+
+def backup_path(path: Path) -> Path:
+    return path.with_name(path.name + BACKUP_SUFFIX)
+
+
+def install(scope: str = "user", *, agent: str = "claude-code", project_dir: Path | None = None,
+            command: str | None = None) -> HookReport:  # fmt: skip
+    """Add our hook entries to the agent's settings (idempotent; the original is backed up)."""
+    path, raw, events = _current(scope, agent, project_dir)
+    command = command or vocal_command()
+    if events:
+        return HookReport(agent, scope, path, "unchanged", events, None, command)
+    new = _with_ours(raw, path, command)
+    backup = backup_path(path)
+    if raw is not None:
+        _write(backup, raw)
+    else:
+        backup.unlink(missing_ok=True)  # none: remove deletes the file it created
+    _write(path, new)
+    return HookReport(agent, scope, path, "installed", _installed(new, path),
+                      backup if raw is not None else None, command)  # fmt: skip
+
+
+def remove(scope: str = "user", *, agent: str = "claude-code",
+           project_dir: Path | None = None) -> HookReport:  # fmt: skip
+    """Take our entries out: the original bytes come back when nothing else changed since."""
+    path, raw, events = _current(scope, agent, project_dir)
+    backup = backup_path(path)
+    if raw is None or not events:
+        backup.unlink(missing_ok=True)
+        return HookReport(agent, scope, path, "absent")
+    original = _read(backup)
+    command = _our_command(raw, path)
+    # Unchanged since install: what install would have made of the backup (or of no file).
+    if command is not None and raw == _with_ours(original, path, command):
+        if original is None:
+            path.unlink()
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()  # the .claude directory, if we made it and it is empty
+        else:
+            _write(path, original)
+        backup.unlink(missing_ok=True)
+        return HookReport(agent, scope, path, "restored", events, None, command)
+    stripped, _count = _without_ours(raw, path)
+    _write(path, stripped)
+    backup.unlink(missing_ok=True)
+    return HookReport(agent, scope, path, "removed", events, None, command)
+
+
+def status(scope: str = "user", *, agent: str = "claude-code",
+           project_dir: Path | None = None) -> HookReport:  # fmt: skip
+    """Whether our entries are in the agent's settings for `scope`."""
+    path, raw, events = _current(scope, agent, project_dir)
+    backup = backup_path(path)
+    return HookReport(agent, scope, path, "installed" if events else "absent", events,
+                      backup if backup.exists() else None,
+                      _our_command(raw, path) if raw and events else None)  # fmt: skip
+
+
+# -- the reply adapter --------------------------------------------------------------------------
+@dataclass
+class Reply:
+    """A reply taken from a hook event: its text, the agent's session, and a message id."""
+
+    text: str
+    session: str | None
+    message: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "session": self.session, "message": self.message}
+
+
+def _safe(name: str) -> str:
+    cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", name).strip(".-")[:48]
+    return cleaned or "x"
+
+
+def reply_from_event(event: Any) -> Reply | None:
+    """The reply a `Stop` event is about (None when there is no text)."""
+    if not isinstance(event, dict):
+        raise UsageError("the hook input is not a JSON object")
+    session = event.get("session_id") if isinstance(event.get("session_id"), str) else None
+    text = event.get("last_assistant_message")
+    if not isinstance(text, str) or not text.strip():
+        path = event.get("transcript_path")
+        text = last_assistant_text(Path(path).expanduser()) if isinstance(path, str) else ""
+    if not text.strip():
+        return None
+    prompt = event.get("prompt_id")
+    if isinstance(prompt, str) and prompt:
+        digest = hashlib.sha256(f"{session}\n{text}".encode()).hexdigest()[:8]
+        message = _safe(f"{prompt}-{digest}")
+    else:  # the same words may be said again later: the time keeps the two replies apart
+        seed = f"{session}\n{time.time_ns()}\n{text}"
+        message = hashlib.sha256(seed.encode()).hexdigest()[:16]
+    return Reply(text, f"claude-{_safe(session)}" if session else None, message)
+
+
+def last_assistant_text(transcript: Path) -> str:
+    """The text of the assistant's last turn in a Claude Code transcript (JSONL): its text
+    blocks after the last user message, joined by blank lines."""
+    texts: list[str] = []
+    try:
+        lines = transcript.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        message = entry.get("message") if isinstance(entry.get("message"), dict) else {}
+        role = message.get("role") or entry.get("type")
+        content = message.get("content")
+        if role == "user":
+            # Tool results come back as user messages: they do not start a new turn.
+            blocks = content if isinstance(content, list) else []
+            if not blocks or any(isinstance(b, dict) and b.get("type") == "text" for b in blocks):
+                texts = []
+            continue
+        if role != "assistant":
+            continue
+        if isinstance(content, str):
+            texts.append(content)
+        elif isinstance(content, list):
+            texts += [b["text"] for b in content if isinstance(b, dict)
+                      and b.get("type") == "text" and isinstance(b.get("text"), str)]  # fmt: skip
+    return "\n\n".join(t.strip() for t in texts if t.strip())
+
+
+def speak_reply_detached(reply: Reply, log_path: Path, *, extra_args: list[str] | None = None,
+                         wait: bool = False) -> subprocess.Popen:  # fmt: skip
+    """Start `vocal speak --quotes --message ID --piece 0 --final -` for `reply` in its own
+    session (it outlives the hook), with the reply on its stdin and its stderr in `log_path`."""
+    args = [sys.executable, "-m", "vocal", "speak", "--quotes", "--message", reply.message,
+            "--piece", "0", "--final", *(extra_args or [])]  # fmt: skip
+    if reply.session:
+        args += ["--session", reply.session]
+    args.append("-")
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE if wait else subprocess.DEVNULL,
+            stderr=log, start_new_session=not wait, close_fds=True,
+        )  # fmt: skip
+    assert proc.stdin is not None
+    proc.stdin.write(reply.text.encode("utf-8"))
+    proc.stdin.close()
+    return proc
+
+
+__all__ = [
+    "AGENTS",
+    "SCOPES",
+    "HookReport",
+    "Reply",
+    "backup_path",
+    "install",
+    "is_ours",
+    "last_assistant_text",
+    "our_entries",
+    "remove",
+    "reply_from_event",
+    "settings_path",
+    "speak_reply_detached",
+    "status",
+    "vocal_command",
+]
