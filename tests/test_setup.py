@@ -1,21 +1,30 @@
-"""`vocal setup` keeps the real download path; here, with no hub, it must fail clearly."""
+"""`vocal setup`: offline fetches fail clearly (exit 5), and the proof is a real spoken turn on
+the null-sink loopback answered by a simulated person; config.toml changes only after it."""
 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
 
+import pytest
 from runner import run_vocal
+from speech import espeak, word_error_rate
+
+from vocal.onboarding import write_config
+
+ANSWER = "Yes, I can hear you clearly."
 
 
 def test_embedded_defaults_need_nothing() -> None:
-    result = run_vocal("setup")
+    result = run_vocal("setup", "--no-proof")
     assert result.returncode == 0
     assert b"need no download" in result.stderr
 
 
 def test_unknown_engine_is_a_usage_error() -> None:
-    result = run_vocal("setup", "--engine", "nope")
+    result = run_vocal("setup", "--engine", "nope", "--no-proof")
     assert result.returncode == 2 and b"nope" in result.stderr
 
 
@@ -31,10 +40,109 @@ def test_offline_chatterbox_download_is_exit_5_and_keeps_the_learnt_rung_only_on
     assert result.returncode == 5, result.stderr
     assert lines[-1].startswith("vocal: error: could not download the Chatterbox weights")
     assert rung.exists(), "a failed download must not reset what the ladder learnt"
+    assert not (vocal_home / "config.toml").exists()
 
 
-def test_offline_whisper_model_is_exit_5() -> None:
+def test_offline_whisper_model_is_exit_5_and_writes_nothing(vocal_home: Path) -> None:
     env = {"HF_HUB_OFFLINE": "1"}
     result = run_vocal("setup", "--model", "base.en", env=env)
     assert result.returncode == 5, result.stderr
-    assert result.stderr.decode().startswith("vocal: error: ")
+    assert result.stderr.decode().splitlines()[-1].startswith("vocal: error: ")
+    assert b"resumes where it stopped" in result.stderr
+    assert not (vocal_home / "config.toml").exists()
+
+
+def test_a_partial_download_in_the_cache_does_not_break_a_retry(tmp_path: Path) -> None:
+    # What an interrupted huggingface_hub download leaves: a blob still named .incomplete.
+    repo = tmp_path / "hf" / "hub" / "models--Systran--faster-whisper-base.en"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / ("0" * 64 + ".incomplete")).write_bytes(b"\0" * 4096)
+    (repo / "refs").mkdir()
+    env = {"HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    for _ in range(2):  # the retry meets the same partial file and fails just as cleanly
+        result = run_vocal("setup", "--model", "base.en", "--no-proof", env=env)
+        assert result.returncode == 5, result.stderr
+        assert b"Traceback" not in result.stderr
+    assert (repo / "blobs" / ("0" * 64 + ".incomplete")).exists(), "kept for resuming"
+
+
+def test_write_config_keeps_other_keys_and_comments(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text('# mine\nsilence_ms = 500  # quick\nstt_model = "small.en"\n\n[extra]\nx = 1\n')
+    write_config(path, {"stt_model": "base.en", "voice": 'a "quoted" voice'})
+    text = path.read_text()
+    assert text.startswith("# mine\nsilence_ms = 500  # quick\nstt_model = \"base.en\"\n")
+    assert 'voice = "a \\"quoted\\" voice"' in text and text.endswith("[extra]\nx = 1\n")
+    assert list(tmp_path.iterdir()) == [path], "no temporary file left behind"
+
+
+class SimulatedPerson:
+    """Answers once a turn in this VOCAL_HOME says it is listening (as scripts/run does)."""
+
+    def __init__(self, run_dir: Path, answer: str) -> None:
+        self.run_dir = run_dir
+        self.audio = espeak(answer)
+        self.answered = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> SimulatedPerson:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        from vocal.control import ControlError, endpoints, send_command
+        from vocal.devices import Player
+
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            for endpoint in endpoints(self.run_dir):
+                try:
+                    phase = send_command(endpoint, "status").get("converse")
+                except ControlError:
+                    continue
+                if phase == "listening":
+                    with Player(self.audio.sample_rate) as player:
+                        player.play(self.audio.mono_samples)
+                        player.finish()
+                        player.wait(10)
+                    self.answered.set()
+                    return
+            time.sleep(0.1)
+
+
+def existing_config(home: Path, text: str) -> Path:
+    """A config.toml the person already has."""
+    home.mkdir(parents=True)
+    (home / "config.toml").write_text(text)
+    return home / "config.toml"
+
+
+@pytest.mark.audio
+@pytest.mark.usefixtures("pulse")
+def test_the_proof_passes_on_the_loopback_and_only_then_writes(vocal_home: Path) -> None:
+    config = existing_config(vocal_home, "# my settings\nsilence_ms = 700\n")
+    with SimulatedPerson(vocal_home / "run", ANSWER) as person:
+        result = run_vocal("setup", "--model", "tiny.en", "--json", timeout=180)
+    assert person.answered.is_set()
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    payload = json.loads(result.stdout)
+    assert word_error_rate(ANSWER, payload["heard"]) <= 0.35, payload
+    assert payload["written"] == {"stt_model": "tiny.en"}
+    assert config.read_text() == '# my settings\nsilence_ms = 700\nstt_model = "tiny.en"\n'
+
+
+@pytest.mark.audio
+@pytest.mark.usefixtures("pulse")
+def test_a_proof_nobody_answers_is_exit_4_and_writes_nothing(vocal_home: Path) -> None:
+    config = existing_config(vocal_home, 'stt_model = "tiny.en"\n')
+    before = config.stat().st_mtime_ns, config.read_bytes()
+    env = {"VOCAL_NO_SPEECH_TIMEOUT": "1.5"}
+    result = run_vocal("setup", "--tts-engine", "espeak-ng", env=env, timeout=120)
+    assert result.returncode == 4, result.stderr.decode()[-2000:]
+    assert "nothing was written" in result.stderr.decode().splitlines()[-1]
+    assert (config.stat().st_mtime_ns, config.read_bytes()) == before
+    assert sorted(p.name for p in vocal_home.iterdir() if p.name.startswith(".config")) == []
+

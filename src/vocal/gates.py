@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -61,6 +60,8 @@ def read_gates(home: Path) -> Gates:
 
 def write_gates(home: Path, gates: Gates) -> Gates:
     """Persist `gates` atomically (a concurrent reader sees the old file or the new one)."""
+    import tempfile  # only writers pay for it; every speak reads the gates
+
     path = gates_path(home)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

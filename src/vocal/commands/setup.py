@@ -1,4 +1,4 @@
-"""Fetch the models and engines you choose, with progress, resumable."""
+"""Fetch the models and engines you choose, then prove a spoken turn works before saving them."""
 
 from __future__ import annotations
 
@@ -16,37 +16,45 @@ def setup(
         "--model",
         "-m",
         help="A Whisper model to fetch now instead of on first use: tiny.en (embedded), "
-        "base.en, small.en, large-v3-turbo, a hub id.",
+        "base.en, small.en, large-v3-turbo, a hub id, a local directory.",
     ),
     engine: list[str] = typer.Option(
         [], "--engine", help="A speech engine whose weights to fetch: chatterbox (cloned voices)."
     ),
+    tts_engine: str | None = typer.Option(
+        None, "--tts-engine", help="The engine to speak with: hibari (default), espeak-ng, ..."
+    ),
+    voice: str | None = typer.Option(None, "--voice", help="The voice to speak with."),
+    proof: bool = typer.Option(
+        True, "--proof/--no-proof", help="Hold one spoken turn before saving anything [on]."
+    ),
+    json_output: bool = typer.Option(
+        False, "--json", help="Print JSON: fetched, heard, written, config_path, proof timings."
+    ),
 ) -> None:
-    """Download what the chosen engines need, so the first turn pays no download.
+    """Fetch what the chosen engines need, hold one spoken turn as the proof, then save.
 
-    The embedded defaults (Whisper tiny.en, the hibari voice) ship inside their packages and
-    need nothing. Downloads show a progress bar on a terminal and resume where they stopped;
-    offline, each names what it could not fetch (exit 5). Nothing is written to config.toml.
+    Downloads show a progress bar on a terminal; huggingface_hub keeps partial files and an
+    interrupted download resumes where it stopped. The embedded defaults (Whisper tiny.en, the
+    hibari voice) need no download.
+
+    The proof: vocal says one sentence and listens for your answer, with the chosen model,
+    engine and voice. Only when it heard words are --model, --tts-engine and --voice written
+    to config.toml (other keys and comments are kept; the write is atomic). --no-proof only
+    fetches, and writes nothing.
+
+    Exit codes: 0 ok, 2 bad options, 4 the proof heard nobody (nothing written), 5 offline or
+    an engine or device is unavailable (nothing written).
     """
-    from vocal.config import load_settings
-    from vocal.errors import UsageError
+    from vocal.onboarding import SetupChoices, run_setup
 
-    settings = load_settings()
-    unknown = [name for name in engine if name != "chatterbox"]
-    if unknown:
-        raise UsageError(f"nothing to fetch for engine {unknown[0]!r}", hint="known: chatterbox")
-    if model is None and not engine:
-        typer.echo("vocal: the embedded defaults need no download; see --help", err=True)
-        return
-    if model is not None:
-        from vocal.stt import load_stt
+    choices = SetupChoices(
+        stt_model=model, tts_engine=tts_engine, voice=voice, fetch_engines=tuple(engine)
+    )
+    result = run_setup(choices, proof=proof)
+    if json_output:
+        import json
 
-        load_stt(settings.stt_engine, model)  # fetches into the hub cache with a progress bar
-        typer.echo(f"vocal: speech recognition model {model} is ready", err=True)
-    if "chatterbox" in engine:
-        from vocal.providers import forget_rung
-        from vocal.tts.chatterbox import download_weights
-
-        weights = download_weights(settings)
-        forget_rung(settings, "chatterbox")  # new weights: a GPU rung that failed may work now
-        typer.echo(f"vocal: Chatterbox weights are ready in {weights.root}", err=True)
+        typer.echo(json.dumps(result.to_dict()))
+    elif result.heard is not None:
+        typer.echo(result.heard)

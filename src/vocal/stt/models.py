@@ -69,6 +69,20 @@ def local_model_dir(model: str, *, required: tuple[str, ...]) -> Path:
     return path
 
 
+def rich_progress_class() -> type | None:
+    """tqdm's Rich front end, for huggingface_hub's download bars (bytes, rate, time left);
+    None (the hub's plain bars) where rich is not installed."""
+    import warnings
+
+    try:
+        from tqdm import TqdmExperimentalWarning
+        from tqdm.rich import tqdm
+    except ImportError:
+        return None
+    warnings.filterwarnings("ignore", category=TqdmExperimentalWarning)
+    return tqdm
+
+
 def hub_snapshot(repo_id: str, *, allow_patterns: list[str], what: str) -> Path:
     """A hub repository's files, from the local cache or downloaded with a progress bar.
 
@@ -92,7 +106,9 @@ def hub_snapshot(repo_id: str, *, allow_patterns: list[str], what: str) -> Path:
     if interactive:
         print(f"vocal: downloading {what} from {repo_id} (once)", file=sys.stderr, flush=True)
     kwargs: dict[str, object] = {"allow_patterns": allow_patterns}
-    if not interactive:
+    if interactive:
+        kwargs["tqdm_class"] = rich_progress_class()
+    else:
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()

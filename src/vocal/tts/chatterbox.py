@@ -194,6 +194,8 @@ def download_weights(settings: Settings, *, progress: bool | None = None) -> Cha
     try:
         from huggingface_hub import snapshot_download
         from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
+
+        from vocal.stt.models import rich_progress_class
     except ImportError:
         raise EngineError(
             "downloading the Chatterbox weights needs huggingface_hub",
@@ -213,6 +215,7 @@ def download_weights(settings: Settings, *, progress: bool | None = None) -> Cha
             repo_id=settings.chatterbox_repo,
             allow_patterns=list(DOWNLOAD_PATTERNS),
             local_dir=root,
+            tqdm_class=rich_progress_class() if show else None,
         )
     except KeyboardInterrupt:
         raise

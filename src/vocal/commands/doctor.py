@@ -1,0 +1,54 @@
+"""Check audio, microphone level, engines, models and state; say how to fix each problem."""
+
+from __future__ import annotations
+
+import typer
+
+from vocal.commands._app import command_app
+
+app = command_app()
+
+_MARKS = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "skip": "skip"}
+
+
+@app.command()
+def doctor(
+    json_output: bool = typer.Option(
+        False, "--json", help="Print a JSON array of checks: name, status, detail, fix."
+    ),
+    listen_s: float = typer.Option(
+        0.5, "--listen-s", min=0.1, max=10.0, help="How long to record the microphone, in s."
+    ),
+) -> None:
+    """Check that this machine can hold a spoken turn, and say how to fix what cannot.
+
+    Checks, in order: config, audio backend (PortAudio, the sound server), devices (the input
+    and output vocal uses), microphone level (half a second: all-zero buffers mean a muted
+    microphone or one the OS refuses, which is not the same as a quiet room), headphones or
+    speakers (decides echo cancellation), state directory writable, conch (who holds the
+    floor), engines importable (faster-whisper or mlx-whisper, hibari, espeak-ng), models on
+    disk (the embedded tiny.en and the configured one; nothing is downloaded).
+
+    Each check is ok, warn, fail or skip (not checked because an earlier one failed); every
+    warn and fail comes with its fix. Takes about a second.
+
+    Exit codes: 0 when no check fails (warnings allowed), 1 when any check fails.
+    """
+    from vocal.doctor import DoctorOptions, failed, run_checks
+    from vocal.errors import VocalError
+
+    checks = run_checks(DoctorOptions(listen_s=listen_s))
+    if json_output:
+        import json
+
+        typer.echo(json.dumps([check.to_dict() for check in checks], indent=2))
+    else:
+        width = max(len(check.name) for check in checks)
+        for check in checks:
+            typer.echo(f"{_MARKS[check.status]:<4}  {check.name:<{width}}  {check.detail}")
+            if check.fix and check.status in ("warn", "fail"):
+                typer.echo(f"{'':<4}  {'':<{width}}  fix: {check.fix}")
+    bad = failed(checks)
+    if bad:
+        names = ", ".join(check.name for check in bad)
+        raise VocalError(f"{len(bad)} check(s) failed: {names}", hint="see the fix under each")

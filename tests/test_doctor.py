@@ -1,0 +1,134 @@
+"""`vocal doctor` on real audio: this session's null sink, a null source standing in for a muted
+microphone, a tone played while it listens, and the problems it must name with their fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pulse import PulseSinks
+from runner import run_vocal
+from speech import tone
+
+pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
+
+
+def doctor(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict[str, dict], str]:
+    """Run `vocal doctor --json`: exit code, checks by name, stderr."""
+    result = run_vocal("doctor", "--json", "--listen-s", "0.3", *args, env=env, timeout=60)
+    checks = {check["name"]: check for check in json.loads(result.stdout)}
+    return result.returncode, checks, result.stderr.decode()
+
+
+def test_a_working_machine_names_the_null_sink_and_exits_0(pulse: PulseSinks) -> None:
+    code, checks, stderr = doctor()
+    assert code == 0, stderr
+    assert pulse.speaker in checks["devices"]["detail"]
+    assert f"{pulse.speaker}.monitor" in checks["devices"]["detail"]
+    # The loopback's monitor is digital silence, said for what it is: a warning, not a fault.
+    assert checks["microphone"]["status"] == "warn"
+    assert "monitor" in checks["microphone"]["detail"] and checks["microphone"]["fix"]
+    for name in ("audio backend", "state directory", "conch", "engine hibari",
+                 "engine faster-whisper", "model tiny.en (embedded)"):  # fmt: skip
+        assert checks[name]["status"] == "ok", checks[name]
+    assert checks["conch"]["detail"] == "free"
+
+
+def test_text_report_has_a_fix_under_each_problem() -> None:
+    result = run_vocal("doctor", "--listen-s", "0.2", env={"VOCAL_STT_MODEL": "/nonexistent/m"})
+    lines = result.stdout.decode().splitlines()
+    assert result.returncode == 1
+    failing = [i for i, line in enumerate(lines) if line.startswith("FAIL")]
+    assert failing and all(lines[i + 1].lstrip().startswith("fix: ") for i in failing)
+    assert result.stderr.decode().strip().splitlines() == [
+        "vocal: error: 1 check(s) failed: model /nonexistent/m (configured) "
+        "(see the fix under each)"
+    ]
+
+
+def test_no_portaudio(tmp_path: Path) -> None:
+    # Hide the library from ctypes' lookup, the way a machine without libportaudio2 looks.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import ctypes.util\n"
+        "_find = ctypes.util.find_library\n"
+        "ctypes.util.find_library = lambda n: None if 'portaudio' in n else _find(n)\n"
+    )
+    code, checks, _ = doctor(env={"PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path[1:]])})
+    assert code == 1
+    assert checks["audio backend"]["status"] == "fail"
+    assert "libportaudio2" in checks["audio backend"]["fix"]
+    assert checks["devices"]["status"] == "skip" and checks["microphone"]["status"] == "skip"
+
+
+def test_no_devices(tmp_path: Path) -> None:
+    code, checks, _ = doctor(env={"PULSE_SERVER": f"unix:{tmp_path}/no-such-socket"})
+    assert code == 1
+    assert checks["devices"]["status"] == "fail"
+    assert "no audio devices" in checks["devices"]["detail"]
+    assert "pactl info" in checks["devices"]["fix"]
+    assert checks["audio backend"]["status"] == "fail"  # the sound server does not answer
+    assert checks["microphone"]["status"] == "skip"
+
+
+def test_a_muted_microphone_is_digital_silence_not_quiet(pulse: PulseSinks) -> None:
+    # A null source delivers exact zeros, as a muted or permission-less microphone does.
+    source = f"{pulse.prefix}_muted"
+    module = subprocess.run(
+        ["pactl", "load-module", "module-null-source", f"source_name={source}", "rate=16000",
+         "channels=1"], check=True, capture_output=True, text=True, timeout=10,
+    ).stdout.strip()  # fmt: skip
+    try:
+        code, checks, _ = doctor(env=pulse.route(source=source))
+    finally:
+        subprocess.run(["pactl", "unload-module", module], capture_output=True, timeout=10)
+    mic = checks["microphone"]
+    assert code == 1 and mic["status"] == "fail", mic
+    assert "digital silence" in mic["detail"] and "muted, or no permission" in mic["detail"]
+    assert "unmute" in mic["fix"]
+
+
+def test_a_microphone_that_hears_a_tone_is_ok() -> None:
+    from vocal.devices import Player
+
+    with Player(16_000) as player:  # into the speaker sink, whose monitor doctor records
+        player.play(tone(440, 6.0, amplitude=0.3))
+        code, checks, stderr = doctor()
+        player.stop()
+    mic = checks["microphone"]
+    assert code == 0 and mic["status"] == "ok", (mic, stderr)
+    peak_db = float(mic["detail"].split("peak ")[1].split(" dBFS")[0])
+    assert -16 < peak_db < -5, mic  # 0.3 is -10.5 dBFS
+
+
+def test_an_unwritable_state_directory(tmp_path: Path) -> None:
+    if os.geteuid() == 0:  # root writes anywhere chmod allows nothing: use sysfs, which refuses
+        home = Path(f"/sys/vocal-doctor-test-{os.getpid()}")
+    else:
+        home = tmp_path / "home"
+        home.mkdir(mode=0o500)
+    code, checks, _ = doctor(env={"VOCAL_HOME": str(home)})
+    state = checks["state directory"]
+    assert code == 1 and state["status"] == "fail", state
+    assert "not writable" in state["detail"] and "VOCAL_HOME" in state["fix"]
+
+
+def test_a_missing_model(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    code, checks, _ = doctor(env={"VOCAL_STT_MODEL": str(missing)})
+    model = checks[f"model {missing} (configured)"]
+    assert code == 1 and model["status"] == "fail", model
+    assert "does not exist" in model["detail"] and "vocal setup --model" in model["fix"]
+    assert checks["model tiny.en (embedded)"]["status"] == "ok"
+
+
+def test_a_broken_config_is_reported_and_the_rest_still_checked(vocal_home: Path) -> None:
+    vocal_home.mkdir(parents=True)
+    (vocal_home / "config.toml").write_text("stt_model = \n")
+    code, checks, _ = doctor()
+    assert code == 1 and checks["config"]["status"] == "fail"
+    assert "not valid TOML" in checks["config"]["detail"]
+    assert checks["state directory"]["status"] == "ok"
