@@ -150,7 +150,28 @@ def test_a_glitch_inhibits_while_the_canceller_reconverges() -> None:
     assert feed_all(detector, "sss", clock, start_s=1.4) == 2
 
 
+def test_an_onset_chunk_may_open_the_run_when_allowed() -> None:
+    """Silero rises through ~0.3 at an onset: with `onset_threshold` that chunk counts as the
+    run's first, so the detector fires a chunk earlier; without it, it never counts."""
+    fired = {}
+    for onset in (None, 0.3):
+        clock = Clock()
+        values = iter([0.1, 0.35, 0.9, 0.9, 0.9, 0.1])
+        detector = BargeInDetector(lambda _chunk, v=values: next(v), lambda: None,
+                                   BargeInOptions(onset_threshold=onset), clock=clock)  # fmt: skip
+        fired[onset] = feed_all(detector, "." * 6, clock)
+    assert fired == {None: 4, 0.3: 3}
+    # An onset chunk alone, or two onset chunks in a row, never fire.
+    clock = Clock()
+    values = iter([0.35, 0.9, 0.4, 0.35, 0.9, 0.2, 0.9, 0.9, 0.1])
+    detector = BargeInDetector(lambda _chunk: next(values), lambda: None,
+                               BargeInOptions(onset_threshold=0.3), clock=clock)  # fmt: skip
+    assert feed_all(detector, "." * 9, clock) is None
+
+
 def test_options_are_checked() -> None:
+    with pytest.raises(ValueError):
+        BargeInOptions(onset_threshold=0.6)
     with pytest.raises(ValueError):
         BargeInOptions(threshold=1.5)
     with pytest.raises(ValueError):

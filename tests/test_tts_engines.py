@@ -224,6 +224,27 @@ def test_first_run_builds_the_caches_later_runs_use_them_bad_ones_are_rebuilt(
     )  # the broken ORT file was replaced by a good one
 
 
+def test_prime_builds_every_cache_once_then_costs_only_file_checks(tmp_path: Path) -> None:
+    from vocal.tts.hibari import prime
+
+    settings = load_settings(tts_cache_dir=tmp_path)
+    first = prime(settings)
+    assert first["voice"] == "heart" and len(first["built"]) == 3  # G2P, voice model, OOV net
+    assert sorted(p.suffix for p in (tmp_path / "hibari").iterdir()) == [".ort", ".ort", ".sqlite"]
+    code = (
+        "import sys; from vocal.config import load_settings; from vocal.tts.hibari import prime\n"
+        f"r = prime(load_settings(tts_cache_dir={str(tmp_path)!r}))\n"
+        "print(r['built'], 'onnxruntime' in sys.modules, 'hibari.g2p' in sys.modules)"
+    )
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=60, check=True)  # fmt: skip
+    assert again.stdout.split() == ["[]", "False", "False"]
+    engine = load_tts("hibari", cache_dir=tmp_path)  # the next speak: the fast path at once
+    assert engine.g2p_cached
+    assert check_speech(engine.synthesize("Primed and ready."), 24_000) is None
+    assert prime(settings, voice="espeak-ng:en-gb")["voice"] == "heart"
+
+
 def test_hibari_fast_path_keeps_scipy_and_urllib_out(tts_cache: Path) -> None:
     code = (
         "import sys; from vocal.tts import load_tts\n"

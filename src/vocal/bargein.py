@@ -59,6 +59,10 @@ class BargeInOptions:
 
     threshold: float = 0.5
     consecutive_chunks: int = 3
+    #: A run may begin with one chunk at or above this lower probability (Silero rises over
+    #: 2-3 chunks at an onset: 0.16, 0.59, ...), which fires one chunk (32 ms) earlier when
+    #: the onset passes through it; None: every chunk of the run must reach `threshold`.
+    onset_threshold: float | None = None
     convergence_inhibit_ms: int = 1200
     tail_inhibit_ms: int = 300
     glitch_inhibit_ms: int = 1500
@@ -72,6 +76,8 @@ class BargeInOptions:
     def __post_init__(self) -> None:
         if not 0.0 < self.threshold < 1.0:
             raise ValueError("threshold must be between 0 and 1")
+        if self.onset_threshold is not None and not 0.0 < self.onset_threshold <= self.threshold:
+            raise ValueError("onset_threshold must be between 0 and threshold")
         if self.consecutive_chunks < 1:
             raise ValueError("consecutive_chunks must be at least 1")
         durations = (self.convergence_inhibit_ms, self.tail_inhibit_ms, self.glitch_inhibit_ms,
@@ -211,6 +217,8 @@ class BargeInDetector:
             return False
         if probability < o.threshold:
             self._run.clear()
+            if o.onset_threshold is not None and probability >= o.onset_threshold:
+                self._run.append(probability)  # may open the next run
             return False
         self._run.append(probability)
         if len(self._run) < o.consecutive_chunks:

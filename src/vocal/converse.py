@@ -320,7 +320,8 @@ class _Run:
             return self._result(None, stopped=True)
         # The STT engine loads from now on, while the reply plays.
         self.loader = SttLoader(settings.stt_engine, settings.stt_model,
-                                language=settings.language)  # fmt: skip
+                                language=settings.language,
+                                warm_up=settings.stt_warm_up)  # fmt: skip
         try:
             endpoint = EndpointOptions(
                 min_silence_ms=options.silence_ms or settings.silence_ms,
@@ -345,7 +346,8 @@ class _Run:
         listened = listen(
             source,
             stt=self.loader,
-            options=ListenOptions(vad=True, endpoint=endpoint),
+            options=ListenOptions(vad=True, endpoint=endpoint,
+                                  early_after_ms=settings.early_transcription_ms),  # fmt: skip
             confidence=SileroVad(),
             stop=self.listen_stop,
             on_block=lambda _samples, _state: turn.check(),
@@ -411,10 +413,14 @@ class _Run:
         vad = None
         if self.barge_in:
             vad = SileroVad()
-            bargein_options = BargeInOptions(
-                threshold=settings.barge_in_threshold,
-                consecutive_chunks=settings.barge_in_chunks,
-            )
+            try:
+                bargein_options = BargeInOptions(
+                    threshold=settings.barge_in_threshold,
+                    consecutive_chunks=settings.barge_in_chunks,
+                    onset_threshold=settings.barge_in_onset_threshold,
+                )
+            except ValueError as exc:  # a bad value from VOCAL_* or config.toml
+                raise UsageError(f"bad barge-in setting: {exc}") from None
             canceller = self.canceller
             detector = self.detector = BargeInDetector(
                 vad, speech.stop, bargein_options,
@@ -452,9 +458,9 @@ class _Run:
                         hint="see `vocal devices`",
                     )
             ended_s = time.monotonic()
-            if speech.done and not player.stopped and player.pending_frames > 0:
-                # The stream ended by itself with audio still queued: the device went away
-                # (PortAudio's finished callback fired) rather than stalling.
+            if player.failed or (speech.done and not player.stopped and player.pending_frames > 0):
+                # The stream ended by itself (PortAudio's finished callback fired with nobody
+                # stopping it) or with audio still queued: the device went away, not stalled.
                 raise DeviceError(
                     "the audio output stopped before the reply was played",
                     hint="see `vocal devices`",

@@ -172,10 +172,12 @@ def _start_stream(
     callback: Callable[..., None],
     *,
     raw: bool = False,
+    latency: float | str = "low",
     **extra: Any,
 ) -> Any:
-    """Open and start a mono float32 low-latency input or output stream (`raw`: an input
-    stream that hands the callback a buffer, not a numpy array)."""
+    """Open and start a mono float32 input or output stream, PortAudio's "low" latency unless
+    `latency` (seconds, "low" or "high") says otherwise (`raw`: an input stream that hands the
+    callback a buffer, not a numpy array)."""
     sd = sounddevice()
     index = resolve_device(device, kind)
     if kind == "input":
@@ -189,7 +191,7 @@ def _start_stream(
             channels=1,
             dtype="float32",
             device=index,
-            latency="low",
+            latency=latency,
             callback=callback,
             **extra,
         )
@@ -278,9 +280,15 @@ class Player:
         volume: float = 1.0,
         on_block: BlockHook | None = None,
         reference_s: float = DEFAULT_REFERENCE_S,
+        latency: float | str = "low",
     ) -> None:
         self.sample_rate = sample_rate
         self.block_frames = block_frames
+        #: The output buffer asked of PortAudio: "low" (~21 ms here) or seconds. A deeper
+        #: buffer rides out scheduling stalls on a loaded machine (benchmarks/aec: fewer
+        #: underflows, steadier echo path); `stop()` still cuts at once, since aborting the
+        #: stream drops what is buffered (tests/test_devices.py checks both).
+        self.latency = latency
         self.volume = volume
         self.reference = ReferenceBuffer(round(reference_s * sample_rate))
         self._device = device
@@ -298,6 +306,9 @@ class Player:
         self._stopped = False
         self._paused = False
         self._done = threading.Event()
+        self._played_out = False
+        self._closing = False
+        self._ended_by_itself = False
         self._stream: Any = None
         self._sd: Any = None  # bound in open() so the callback never imports
         self.started_at_s: float | None = None  # time.monotonic() of the first callback
@@ -308,11 +319,25 @@ class Player:
         self._sd = sounddevice()
         self._stream = _start_stream(
             "output", self._device, self.sample_rate, self.block_frames, self._callback,
-            finished_callback=self._done.set,
+            latency=self.latency, finished_callback=self._on_stream_finished,
         )  # fmt: skip
         return self
 
+    def _on_stream_finished(self) -> None:
+        # PortAudio ends a stream itself only when the device or the sound server dropped it:
+        # every ending of ours goes through close() (stop included) or the played-out check.
+        if not self._closing and not self._played_out:
+            self._ended_by_itself = True
+        self._done.set()
+
+    @property
+    def failed(self) -> bool:
+        """The output stream ended by itself before its audio was played out (the device went
+        away, the sound server killed the stream): not a stop, not a close, not the end."""
+        return self._ended_by_itself
+
     def close(self) -> None:
+        self._closing = True
         stream, self._stream = self._stream, None
         _close_stream(stream)
         self._done.set()
@@ -451,6 +476,7 @@ class Player:
         ):
             # Played out. Not CallbackStop: PortAudio's finished callback fires when the host API
             # has the last block, ~25 ms before PulseAudio plays it, and closing then cuts it.
+            self._played_out = True
             self._done.set()
 
 

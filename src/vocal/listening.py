@@ -56,6 +56,13 @@ class ListenOptions:
     endpoint: EndpointOptions = field(default_factory=EndpointOptions)
     #: Start Whisper during the silence window (see EarlyTranscriber); VAD mode only.
     early_transcription: bool = True
+    #: How long a pause lasts before Whisper starts on the utterance so far (whole 32 ms
+    #: chunks; at most the endpointer's post-roll). 96 ms rather than the 200 ms post-roll: the
+    #: request then holds 96 ms of the quiet after the last speech chunk, enough for Whisper to
+    #: hear the word's tail (WER unchanged: tests/test_listen.py, benchmarks/listen), and every
+    #: 32 ms earlier is 32 ms off speech end -> transcript when Whisper, not the window, is the
+    #: slower of the two (a loaded machine: benchmarks/listen).
+    early_after_ms: int = 96
 
     def endpointer_options(self) -> EndpointOptions:
         """Fixed-window mode still runs VAD (to know whether anyone spoke), but only the
@@ -79,10 +86,15 @@ class SttLoader:
     with its exit code 5). `load_s` is how long loading took; `ready_at_s` when it finished.
     """
 
-    def __init__(self, name: str = "auto", model: str = "tiny.en", **options: Any) -> None:
+    def __init__(
+        self, name: str = "auto", model: str = "tiny.en", *, warm_up: bool = True, **options: Any
+    ) -> None:
         self.name, self.model, self.options = name, model, options
+        self.warm_up = warm_up
         self.started_at_s = time.monotonic()
         self.ready_at_s: float | None = None
+        #: When the engine's warm-up run ended (None: none, or not yet).
+        self.warmed_at_s: float | None = None
         self._engine: SttEngine | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="vocal-stt-load", daemon=True)
@@ -95,6 +107,14 @@ class SttLoader:
             self._error = exc
         finally:
             self.ready_at_s = time.monotonic()
+        # The engine is usable from here; its first call in a process is slower (CTranslate2's
+        # set-up), so it runs once now, while the reply plays or the person speaks. A real
+        # transcription asked for meanwhile queues behind it, no worse than paying the set-up.
+        warm_up = getattr(self._engine, "warm_up", None) if self.warm_up else None
+        if warm_up is not None:
+            with contextlib.suppress(Exception):  # a warm-up only: the real call will tell
+                warm_up()
+            self.warmed_at_s = time.monotonic()
 
     @property
     def load_s(self) -> float | None:
@@ -232,8 +252,9 @@ def record(
     here, after the source opened, so its load (onnxruntime, ~0.3 s) happens while the first
     blocks queue up instead of before the microphone opens. `check` runs after every block and
     may raise to abandon the recording (an engine that failed to load: no point listening on).
-    `on_pause` is called once per pause, as soon as the utterance so far is complete (the
-    pause has lasted the post-roll) and while the silence window still runs.
+    `on_pause` is called once per pause, as soon as the pause has lasted
+    `options.early_after_ms` (the utterance so far is then complete but for the rest of its
+    post-roll, which is silence), while the silence window still runs.
     """
     if confidence is None:
         from vocal.vad import SileroVad
@@ -243,6 +264,8 @@ def record(
         confidence, options.endpointer_options(), sample_rate=source.sample_rate
     )
     marks = _Marks()
+    early_ms = min(options.early_after_ms, endpointer.options.post_roll_ms)
+    early_frames = max(1, round(early_ms * source.sample_rate / 1000))
     last_end_frame = None
     paused_at_frame = None  # speech_end_frame of the last pause reported to on_pause
     for block in source.blocks():
@@ -263,7 +286,7 @@ def record(
             check()
         if (
             on_pause is not None
-            and endpointer.utterance_complete
+            and endpointer.silence_frames >= early_frames
             and endpointer.speech_end_frame != paused_at_frame
         ):
             paused_at_frame = endpointer.speech_end_frame
@@ -285,10 +308,11 @@ class EarlyTranscriber:
     """Transcribes the utterance during the silence window, before the turn is known to be over.
 
     The endpointer waits `min_silence_ms` (700 ms) of silence before it ends a turn, and the
-    utterance it will hand over is fixed as soon as a pause has lasted the post-roll (200 ms).
-    Whisper starts then, in this thread, so most of its ~0.5-1 s is spent while the window
-    still runs. If the speaker resumes, the result is for an older utterance and is not used;
-    only the latest request is kept while one runs (a stale one is never queued behind it).
+    utterance's words are fixed as soon as a pause begins (what follows until the post-roll is
+    silence). Whisper starts `ListenOptions.early_after_ms` (96 ms) into the pause, in this
+    thread, so most of its ~0.3-1 s is spent while the window still runs. If the speaker
+    resumes, the result is for an older utterance and is not used; only the latest request is
+    kept while one runs (a stale one is never queued behind it).
     """
 
     def __init__(self, engine: SttEngine) -> None:

@@ -105,8 +105,10 @@ def listen(
     from vocal.listening import ListenOptions, SttLoader, ctrl_c_ends
     from vocal.listening import listen as listen_once
 
-    loader = SttLoader(settings.stt_engine, settings.stt_model, language=settings.language)
-    options = ListenOptions(vad=vad, seconds=seconds, endpoint=endpoint)
+    loader = SttLoader(settings.stt_engine, settings.stt_model, language=settings.language,
+                       warm_up=settings.stt_warm_up)  # fmt: skip
+    options = ListenOptions(vad=vad, seconds=seconds, endpoint=endpoint,
+                            early_after_ms=settings.early_transcription_ms)  # fmt: skip
     meter = LevelMeter() if input_file is None and sys.stderr.isatty() else None
     stop = threading.Event()
     try:

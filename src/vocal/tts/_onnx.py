@@ -19,6 +19,11 @@ def file_stamp(path: Path) -> str:
     return f"{st.st_size}-{st.st_mtime_ns}"
 
 
+def cached_model_path(model: Path, cache_dir: Path, ort_version: str) -> Path:
+    """Where the optimized ORT-format copy of `model` lives in `cache_dir`."""
+    return Path(cache_dir) / f"{model.stem}-{file_stamp(model)}-ort{ort_version}.ort"
+
+
 def cached_session(model: Path, cache_dir: Path | None, *, threads: int = 1) -> Any:
     """An onnxruntime CPU session for `model`, from its optimized ORT-format copy in `cache_dir`
     when there is one (written by the first load). `cache_dir=None` never caches."""
@@ -36,7 +41,7 @@ def cached_session(model: Path, cache_dir: Path | None, *, threads: int = 1) -> 
     model = Path(model)
     if cache_dir is None:
         return ort.InferenceSession(str(model), options(True), providers=providers)
-    cached = Path(cache_dir) / f"{model.stem}-{file_stamp(model)}-ort{ort.__version__}.ort"
+    cached = cached_model_path(model, cache_dir, ort.__version__)
     if cached.exists():
         try:
             return ort.InferenceSession(str(cached), options(False), providers=providers)
