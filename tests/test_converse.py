@@ -193,6 +193,35 @@ def test_control_skip_forward_cuts_to_listening(room, near_wav) -> None:
     assert set(words_in(result["text"], NEAR_WORDS)) == set(NEAR_WORDS), result["text"]
 
 
+def test_control_pause_holds_the_reply_silent_and_resume_finishes_it(room) -> None:
+    from speak_audio import Recorder
+
+    recorder = Recorder().start()  # this process's default source: the speaker's monitor
+    try:
+        proc = start_vocal("converse", LONG_REPLY, "--json", "--no-speech-timeout", "1.5")
+        wait_speaking(proc)
+        endpoint = find_endpoint(load_settings().run_dir, pid=proc.pid)
+        paused = send_command(endpoint, "pause")
+        assert paused["state"] == "paused" and paused["paused"] is True, paused
+        paused_at_s = time.monotonic()
+        time.sleep(2.0)
+        resumed = send_command(endpoint, "resume")
+        resumed_at_s = time.monotonic()
+        assert resumed["state"] == "playing" and resumed["paused"] is False, resumed
+        out, err = proc.communicate(timeout=60)
+    finally:
+        recorder.stop()
+    result = json.loads(out)
+    assert proc.returncode == 4, err.decode()  # nobody answered: the reply ran to its end
+    # Silent while paused (a block's slack at each edge), loud again after the resume, and no
+    # word was lost: the pause is not a stop, and the microphone heard no barge-in meanwhile.
+    assert not recorder.loud_between(paused_at_s + 0.15, resumed_at_s - 0.05)
+    assert recorder.loud_between(resumed_at_s, resumed_at_s + 3.0)
+    assert result["interrupted"] is False and result["skipped"] is False, result
+    assert result["heard_reply"] == result["reply"].strip()
+    assert floor().status().holder is None
+
+
 # -- faults --------------------------------------------------------------------------------------
 def test_sigterm_mid_reply_exits_130_and_cleans_up(room) -> None:
     proc = start_vocal("converse", LONG_REPLY)
