@@ -771,6 +771,17 @@ def decode_input(data: bytes, *, name: str = "stdin") -> str:
         raise UsageError(f"{name} is not UTF-8 text (bad byte at offset {exc.start})") from None
 
 
+def text_argument(text: str | None) -> tuple[str, bool]:
+    """The text a command was given: TEXT itself, or stdin when TEXT is '-' (or absent and
+    stdin is a pipe); and whether it came from stdin, where "text known" starts only once it
+    has been read. No TEXT on a terminal is a UsageError (exit 2)."""
+    if text is None and sys.stdin.isatty():
+        raise UsageError("give TEXT to say, or '-' to read it from stdin")
+    if text is None or text == "-":
+        return decode_input(sys.stdin.buffer.read()), True
+    return text, False
+
+
 @dataclass(frozen=True)
 class SpeakOptions:
     """What `vocal speak` was asked to do (None: from settings and gates)."""
@@ -1302,6 +1313,7 @@ __all__ = [
     "speak_piece",
     "PieceSpeaker",
     "decode_input",
+    "text_argument",
     "process_started_at_s",
     "preload_audio_backend",
 ]

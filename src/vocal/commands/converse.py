@@ -64,18 +64,14 @@ def converse(
     import time
 
     started_at_s = time.monotonic()
-    import sys
-
     from vocal.config import load_settings
     from vocal.converse import STOPPED_MARKER, ConverseOptions
     from vocal.converse import converse as converse_turn
-    from vocal.errors import NoSpeechError, UsageError
-    from vocal.speech import decode_input
+    from vocal.errors import NoSpeechError
+    from vocal.speech import text_argument
 
-    if text is None and sys.stdin.isatty():
-        raise UsageError("give TEXT to say, or '-' to read it from stdin")
-    if text is None or text == "-":
-        text = decode_input(sys.stdin.buffer.read())
+    text, from_stdin = text_argument(text)
+    if from_stdin:
         started_at_s = time.monotonic()
     settings = load_settings()
     options = ConverseOptions(

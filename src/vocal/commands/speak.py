@@ -88,17 +88,13 @@ def speak(
 
     started_at_s = time.monotonic()
     import json
-    import sys
 
     from vocal.config import load_settings
-    from vocal.errors import UsageError
-    from vocal.speech import SpeakOptions, decode_input, process_started_at_s
+    from vocal.speech import SpeakOptions, process_started_at_s, text_argument
     from vocal.speech import speak as speak_text
 
-    if text is None and sys.stdin.isatty():
-        raise UsageError("give TEXT to say, or '-' to read it from stdin")
-    if text is None or text == "-":
-        text = decode_input(sys.stdin.buffer.read())
+    text, from_stdin = text_argument(text)
+    if from_stdin:
         started_at_s = time.monotonic()
     settings = load_settings(session=session, agent=agent)
     options = SpeakOptions(
