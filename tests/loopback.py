@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 
@@ -41,3 +43,15 @@ def align(recorded: np.ndarray, reference: np.ndarray) -> int:
     size = 1 << (n - 1).bit_length()
     corr = np.fft.irfft(np.fft.rfft(recorded, size) * np.conj(np.fft.rfft(reference, size)), size)
     return int(np.argmax(corr[: len(recorded)]))
+
+
+def captured(mic: Any, sample_rate: int = 16_000) -> tuple[np.ndarray, np.ndarray]:
+    """All samples of a closed `vocal.devices.Microphone` and each one's capture time
+    (monotonic s), from the time stamp of the block it came in."""
+    blocks = list(mic.blocks())
+    samples = np.concatenate([b.samples for b in blocks])
+    times = np.concatenate(
+        [b.captured_at_s - (len(b.samples) - 1 - np.arange(len(b.samples))) / sample_rate
+         for b in blocks]
+    )  # fmt: skip
+    return samples, times

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from loopback import align, matched_fraction
+from loopback import align, captured, matched_fraction
 from runner import run_vocal
 
 from vocal.devices import Microphone, Player, ReferenceBuffer
@@ -49,13 +49,7 @@ class Recorder:
         """All samples so far and, for each, the monotonic time it was captured."""
         time.sleep(0.2)
         self.mic.close()
-        blocks = list(self.mic.blocks())
-        samples = np.concatenate([b.samples for b in blocks])
-        times = np.concatenate(
-            [b.captured_at_s - (len(b.samples) - 1 - np.arange(len(b.samples))) / SAMPLE_RATE
-             for b in blocks]
-        )  # fmt: skip
-        return samples, times
+        return captured(self.mic, SAMPLE_RATE)
 
 
 def test_known_signal_arrives_through_real_streams() -> None:

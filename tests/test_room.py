@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from loopback import captured
 from room import (
     Convolver,
     Room,
@@ -36,17 +37,6 @@ def room(pulse):
 #: What the room adds to the configured delay: parec + pacat buffers and the two monitors'
 #: capture timestamps (measured 6-25 ms here; the bound leaves room for a loaded machine).
 MAX_ROOM_LATENCY_S = 0.08
-
-
-def captured(mic: Microphone) -> tuple[np.ndarray, np.ndarray]:
-    """All samples of a closed microphone and each one's capture time (monotonic s)."""
-    blocks = list(mic.blocks())
-    samples = np.concatenate([b.samples for b in blocks])
-    times = np.concatenate(
-        [b.captured_at_s - (len(b.samples) - 1 - np.arange(len(b.samples))) / SAMPLE_RATE
-         for b in blocks]
-    )  # fmt: skip
-    return samples, times
 
 
 def test_impulse_response_shape() -> None:
