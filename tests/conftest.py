@@ -52,6 +52,23 @@ def vocal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
+@pytest.fixture(scope="module")
+def tts_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache directory with hibari's fast-start caches built (once per module)."""
+    from vocal.tts import load_tts
+
+    cache = tmp_path_factory.mktemp("tts-cache")
+    load_tts("hibari", cache_dir=cache).close()
+    return cache
+
+
+@pytest.fixture
+def shared_tts_cache(vocal_home: Path, tts_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every `vocal` run of the test uses `tts_cache` (a module opts in with
+    `pytestmark = pytest.mark.usefixtures("shared_tts_cache")`)."""
+    monkeypatch.setenv("VOCAL_TTS_CACHE_DIR", str(tts_cache))
+
+
 @pytest.fixture(scope="session")
 def pulse() -> PulseSinks:
     """This session's null sinks, with this process and its children routed to them."""

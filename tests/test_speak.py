@@ -16,7 +16,8 @@ from speak_audio import FakeSpeechServer, closed_port, silent_server, transcribe
 from speech import word_error_rate
 
 from vocal.audio import read_wav
-from vocal.tts import load_tts
+
+pytestmark = pytest.mark.usefixtures("shared_tts_cache")
 
 MAX_WER = 0.25
 REPLY = """Here is what I did.
@@ -33,18 +34,6 @@ Some details nobody needs to hear, with `code` and https://example.com/links.
 """
 
 
-@pytest.fixture(scope="module")
-def tts_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    cache = tmp_path_factory.mktemp("tts-cache")
-    load_tts("hibari", cache_dir=cache).close()  # hibari's fast-start caches, built once
-    return cache
-
-
-@pytest.fixture(autouse=True)
-def shared_tts_cache(vocal_home: Path, tts_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("VOCAL_TTS_CACHE_DIR", str(tts_cache))
-
-
 def heard(path: Path) -> str:
     audio = read_wav(path)
     return transcribe(audio.mono_samples, audio.sample_rate)
@@ -58,6 +47,7 @@ def test_speak_text_to_a_file(tmp_path: Path) -> None:
     report = json.loads(result.stdout)
     assert report["engine"] == "hibari" and report["voice"] == "heart"
     assert report["sentences"] == 2 and report["spoken"] == 2 and report["failed"] == 0
+    assert report["worker_sentences"] == 2  # synthesized in the speech worker (Linux)
     assert report["real_time_factor"] < 1.0
     assert read_wav(out).sample_rate == 24_000
     assert word_error_rate(text, heard(out)) <= MAX_WER

@@ -31,14 +31,6 @@ TEXT = ["We need more coffee for the office.", "Please open the window in the ki
 
 
 @pytest.fixture(scope="module")
-def tts_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cache directory with hibari's fast-start caches built (once per module)."""
-    cache = tmp_path_factory.mktemp("tts-cache")
-    load_tts("hibari", cache_dir=cache).close()
-    return cache
-
-
-@pytest.fixture(scope="module")
 def server() -> FakeSpeechServer:
     fake = FakeSpeechServer().start()
     yield fake

@@ -1,5 +1,5 @@
 """`python -m vocal` runs the CLI."""
 
-from vocal.cli import main
+from vocal.launch import main
 
 main()

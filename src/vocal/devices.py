@@ -13,7 +13,6 @@ Wiring learnt on PulseAudio (see DESIGN.md): separate input and output streams (
 from __future__ import annotations
 
 import collections
-import ctypes
 import queue
 import sys
 import threading
@@ -50,33 +49,16 @@ DEFAULT_REFERENCE_S = 600.0
 BlockHook = Callable[["np.ndarray"], None]
 
 
-_alsa_error_handler: Any = None
-
-
-def _silence_alsa_messages() -> None:
-    """Send libasound's own messages ("underrun occurred", device probing) nowhere.
-
-    ALSA prints them straight to stderr, bypassing vocal's one-line error contract; PortAudio
-    reports what matters (underflow/overflow flags, open errors) through its own API.
-    """
-    global _alsa_error_handler
-    if _alsa_error_handler is not None or not sys.platform.startswith("linux"):
-        return
-    try:
-        libasound = ctypes.CDLL("libasound.so.2")
-    except OSError:
-        return
-    # void handler(const char *file, int line, const char *function, int err, const char *fmt, ...)
-    prototype = ctypes.CFUNCTYPE(
-        None, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p
-    )
-    _alsa_error_handler = prototype(lambda *_args: None)  # kept referenced: ALSA holds a pointer
-    libasound.snd_lib_error_set_handler(_alsa_error_handler)
-
-
 def sounddevice() -> Any:
-    """Import sounddevice, turning a missing PortAudio into a `DeviceError` (exit 5)."""
-    _silence_alsa_messages()
+    """Import sounddevice, turning a missing PortAudio into a `DeviceError` (exit 5).
+
+    An initialization `vocal.launch` began early is waited for first: two threads inside
+    Pa_Initialize at once would corrupt PortAudio's state.
+    """
+    from vocal import portaudio
+
+    portaudio.wait()
+    portaudio.silence_library_messages()
     try:
         import sounddevice as sd
     except OSError as exc:  # "PortAudio library not found"

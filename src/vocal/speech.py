@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import importlib
 import queue
 import sys
 import threading
@@ -255,6 +254,8 @@ class SpeechResult:
     sentences: list[SentenceRecord] = field(default_factory=list)
     started_at_s: float = 0.0  # time.monotonic() when the text was known
     engine_ready_at_s: float | None = None
+    #: Sentences synthesized in the speech worker process (vocal.speech_worker), not this one.
+    worker_sentences: int = 0
     first_audio_at_s: float | None = None
     finished_at_s: float | None = None
     stopped: bool = False
@@ -304,6 +305,7 @@ class SpeechResult:
             "voice": self.voice,
             "sample_rate": self.sample_rate,
             "sentences": len(self.sentences),
+            "worker_sentences": self.worker_sentences,
             "spoken": len(self.played),
             "failed": len(self.failed),
             "stopped": self.stopped,
@@ -556,6 +558,7 @@ class Speech:
                     samples = np.asarray(engine.synthesize(sentence, speed=self.speed), np.float32)
                     samples = samples.reshape(-1)
                     record.synth_done_at_s = time.monotonic()
+                    self.result.worker_sentences = getattr(engine, "remote_sentences", 0)
                     record.frames = samples.shape[0]
                     reason = check_speech(samples, engine.sample_rate) if self.check else None
                     if reason is not None:
@@ -691,69 +694,43 @@ class Speech:
             self._done.set()
 
 
-# -- voices --------------------------------------------------------------------------------------
-#: Engines searched for a voice name when no engine is named (local ones: listing is free).
-_VOICE_SEARCH = ("hibari", "espeak-ng", "piper")
-
-
 def resolve_voice(
     voice: str | None, engine: str | None, settings: Settings
 ) -> tuple[str, str | None]:
-    """The one place a voice name becomes (engine name, engine voice).
+    """`vocal.tts.resolve_voice`, imported when called (a muted turn never loads vocal.tts)."""
+    from vocal.tts import resolve_voice as resolve
 
-    `voice` may be "ENGINE:VOICE". With an engine named (flag, VOCAL_TTS_ENGINE or config), the
-    voice is that engine's and the engine checks it. With none, a voice of the default engine
-    is used as is, else the first local engine that has a voice of that name (`--voice en-gb`
-    picks espeak-ng). A stored voice (`vocal voices add`) comes first, before any engine's
-    built-in voice of that name: it speaks through the chatterbox engine, and the voice is the
-    path of its reference clip; its cloning weights must be there (else an `EngineError`,
-    exit 5, naming the missing files and how to get them, rather than another voice).
-    """
-    from vocal.tts import canonical_name, unknown_voice, voice_names
-
-    if voice is not None and ":" in voice and not voice.startswith(("/", ".", "~")):
-        prefix, _, rest = voice.partition(":")
-        return canonical_name(prefix), rest or None
-    # Stored voice names hold no ":" (vocal.voices.validate_voice_name). Looking at the
-    # directory first keeps `--voice en-gb` from importing the voice store.
-    if voice is not None and "/" not in voice and (settings.voices_dir / voice).is_dir():
-        from vocal.voices import stored_voice
-
-        found = stored_voice(voice, settings, engine=canonical_name(engine) if engine else None)
-        if found is not None:
-            return found
-    name = canonical_name(engine or settings.tts_engine)
-    if voice is None or engine is not None:
-        return name, voice
-    for candidate in (name, *[e for e in _VOICE_SEARCH if e != name]):
-        if voice in voice_names(candidate, settings=settings):
-            return candidate, voice
-    if name not in _VOICE_SEARCH:  # HTTP engines: the server knows its voices
-        return name, voice
-    raise unknown_voice(name, voice, voice_names(name, settings=settings))
+    return resolve(voice, engine, settings)
 
 
 def engine_loader(name: str, voice: str | None, settings: Settings) -> Callable[[], TtsEngine]:
-    """A callable that loads engine `name` for `voice` (run it in the worker thread)."""
+    """A callable that loads engine `name` for `voice` (run it in the worker thread): the
+    speech worker `vocal.launch` forked when it guessed this engine and voice, else the engine
+    in this process."""
+    from vocal.speech_worker import adopt
     from vocal.tts import load_tts
 
-    return lambda: load_tts(name, voice, settings=settings)
+    def load() -> TtsEngine:
+        remote = adopt(name, voice, settings)
+        return remote if remote is not None else load_tts(name, voice, settings=settings)
+
+    return load
 
 
 def preload_audio_backend() -> threading.Thread:
     """Start importing sounddevice in a thread, now.
 
-    Its import initializes PortAudio (0.14-0.22 s here), mostly in C without the GIL and
-    without numpy, so it overlaps the numpy import that everything else waits for: measured
-    0.27 s for both instead of 0.51 s one after the other. vocal.devices stays the only module
-    that uses sounddevice; a failure here is left for it to report.
+    Its import initializes PortAudio (0.06-0.2 s here; begun earlier still by vocal.launch),
+    mostly in C without the GIL and without numpy, so it overlaps the numpy import that
+    everything else waits for: measured 0.27 s for both instead of 0.51 s one after the other.
+    A failure here is left for the output's opening to report.
     """
 
     def load() -> None:
-        try:
-            importlib.import_module("sounddevice")
-        except Exception:  # no PortAudio: vocal.devices.sounddevice() says what to install
-            pass
+        from vocal.devices import sounddevice
+
+        with contextlib.suppress(VocalError):  # no PortAudio: reported when the output opens
+            sounddevice()
 
     thread = threading.Thread(target=load, name="portaudio-preload", daemon=True)
     thread.start()

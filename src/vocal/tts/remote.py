@@ -1,0 +1,80 @@
+"""The engine a turn adopted from the speech worker (vocal.speech_worker): its synthesis runs
+in the worker process, and in this one from the sentence where the worker failed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from vocal.errors import EngineError
+from vocal.tts import TtsEngine, engine_class, load_tts
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from vocal.speech_worker import Worker
+
+
+class RemoteEngine(TtsEngine):
+    """A `TtsEngine` whose synthesis runs in the worker; in-process if the worker fails."""
+
+    def __init__(self, worker: Worker, name: str, voice: str | None, sample_rate: int,
+                 settings: Any) -> None:  # fmt: skip
+        self._worker: Worker | None = worker
+        self._settings = settings
+        self.name = name  # type: ignore[misc]
+        self.voice = voice
+        self.sample_rate = sample_rate
+        self._class = engine_class(name)
+        self._local: TtsEngine | None = None
+        #: Sentences the worker synthesized (the rest, if it failed, were synthesized here).
+        self.remote_sentences = 0
+
+    @property
+    def english_only(self) -> bool:
+        return not self._class.multilingual
+
+    def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:
+        import numpy as np
+
+        worker = self._worker
+        if worker is not None:
+            try:
+                worker.send({"op": "synthesize", "text": sentence, "speed": speed})
+                reply = worker.read_message()
+                if reply is not None and "frames" in reply:
+                    data = worker.read_samples(int(reply["frames"]))
+                    self.remote_sentences += 1
+                    return np.frombuffer(data, np.float32).copy()
+                if reply is not None and reply.get("exit_code"):
+                    raise _remote_error(reply)
+            except (OSError, EOFError, ValueError):
+                pass
+            self._hand_over()  # it died: the rest is synthesized here
+        return self._local_engine().synthesize(sentence, speed=speed)
+
+    def close(self) -> None:
+        if self._local is not None:
+            self._local.close()
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            try:
+                worker.send({"op": "close"})  # it writes its caches, then exits
+            except OSError:
+                pass
+
+    def _hand_over(self) -> None:
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.finish(wait_s=0)
+
+    def _local_engine(self) -> TtsEngine:
+        if self._local is None:
+            self._local = load_tts(self.name, self.voice, settings=self._settings)
+            self.sample_rate = self._local.sample_rate
+        return self._local
+
+
+def _remote_error(reply: dict[str, Any]) -> EngineError:
+    error = EngineError(str(reply.get("message")), hint=reply.get("hint"))
+    error.exit_code = int(reply.get("exit_code") or error.exit_code)
+    return error
