@@ -114,8 +114,9 @@ def test_an_engine_named_on_the_command_line_is_the_workers_guess(tmp_path: Path
     assert report["engine"] == "espeak-ng" and report["worker_sentences"] == 1
 
 
-def test_switched_off_the_engine_runs_in_process(tmp_path: Path) -> None:
-    report = spoken_to_file(tmp_path, env={"VOCAL_SPEECH_WORKER": "0"})
+@pytest.mark.parametrize("switch", ["VOCAL_SPEECH_WORKER", "VOCAL_EARLY_START"])
+def test_switched_off_the_engine_runs_in_process(tmp_path: Path, switch: str) -> None:
+    report = spoken_to_file(tmp_path, env={switch: "0"})
     assert report["engine"] == "hibari" and report["worker_sentences"] == 0
 
 

@@ -21,6 +21,8 @@ DEVICE_COMMANDS = frozenset({"listen", "speak", "converse", "play", "replay", "c
 SPEECH_COMMANDS = frozenset({"speak", "converse"})
 #: Options with which those commands read or write a file instead of a device.
 FILE_OPTIONS = frozenset({"--input", "-i", "--output", "-o"})
+#: Set to 0 to start nothing early (the comparison benchmarks/listen makes, or to debug).
+ENV_SWITCH = "VOCAL_EARLY_START"
 #: The variable Click sets for a TAB press (vocal.completion.COMPLETE_VAR).
 _COMPLETE_VAR = "_VOCAL_COMPLETE"
 
@@ -53,7 +55,7 @@ def option_value(argv: list[str], name: str) -> str | None:
 
 def main() -> None:
     """Console entry point (`vocal`, `python -m vocal`)."""
-    argv = sys.argv[1:]
+    argv = sys.argv[1:] if os.environ.get(ENV_SWITCH, "1") != "0" else []
     if will_speak(argv):  # first: it forks, and a fork must come before any thread
         from vocal import speech_worker
 
