@@ -60,7 +60,7 @@ class Worker:
         self.pid = pid
         self.requests = requests
         self.replies = replies
-        self.guess: dict[str, Any] | None = None
+        self._reaped = False
 
     def read_message(self, timeout_s: float | None = None) -> dict[str, Any] | None:
         """The next JSON line (None at end of file, or after `timeout_s` with nothing to read:
@@ -91,18 +91,18 @@ class Worker:
             except OSError:
                 pass
         deadline = time.monotonic() + wait_s
-        while True:
+        while not self._reaped:  # once reaped, its pid may belong to another process
             try:
-                pid, _status = os.waitpid(self.pid, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid:
-                return
-            if time.monotonic() >= deadline:
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-                return
-            time.sleep(0.005)
+                ended = os.waitpid(self.pid, os.WNOHANG)[0] != 0
+                if not ended and time.monotonic() < deadline:
+                    time.sleep(0.005)
+                    continue
+                if not ended:
+                    os.kill(self.pid, signal.SIGKILL)
+                    os.waitpid(self.pid, 0)
+            except (ChildProcessError, ProcessLookupError):
+                pass
+            self._reaped = True
 
 
 _worker: Worker | None = None
