@@ -279,3 +279,37 @@ def test_erle_on_the_room_harness(room) -> None:
     times, trace = erle_trace_db(captured, cleaned)
     first_second = trace[(times < 1.0) & ~np.isnan(trace)]
     assert first_second.size and float(np.median(first_second)) >= 20.0, trace
+
+
+def test_attenuation_tells_a_person_from_echo() -> None:
+    """Offline, real AEC3: what the canceller takes out of each captured block is 30 dB and
+    more once it has converged on echo alone, and far less for a block with a person in it
+    (double talk: their speech passes through). The block is found by its Microphone stamp."""
+    far16 = np.concatenate([espeak(REPLY).mono_samples] * 2)[: 8 * SAMPLE_RATE]
+    out_latency = round(0.02 * SAMPLE_RATE)
+    padded = np.concatenate([np.zeros(out_latency, np.float32), far16])
+    echo = np.convolve(padded, impulse_response(RoomConfig()))[: far16.shape[0]].astype(np.float32)
+    person = espeak("please stop and open the settings file", voice="en-us+m3").mono_samples
+    near_at = 4 * SAMPLE_RATE
+    mic = echo.copy()
+    mic[near_at : near_at + person.shape[0]] += person[: mic.shape[0] - near_at]
+    aec = EchoCanceller(apm=full_apm(), raw_when_quiet_s=None)
+    events = [(k * 256 / SAMPLE_RATE, "r", k) for k in range(far16.shape[0] // 256)]
+    events += [((j + 1) * 512 / SAMPLE_RATE, "c", j) for j in range(mic.shape[0] // 512)]
+    assert aec.attenuation_db(time.monotonic()) is None  # before any block
+    attenuation: dict[int, float | None] = {}
+    for _, kind, i in sorted(events):
+        if kind == "r":
+            aec.render(far16[i * 256 : (i + 1) * 256].copy())
+        else:
+            aec.capture(mic[i * 512 : (i + 1) * 512].copy())
+            stamp = time.monotonic()  # as Microphone stamps the block it queues
+            attenuation[i] = aec.attenuation_db(stamp)
+            assert aec.attenuation_db(stamp - 10.0) is None  # older than every block kept
+    loud = [np.sqrt(np.mean(echo[j * 512 : (j + 1) * 512] ** 2)) > 0.01 for j in attenuation]
+    echo_only = [attenuation[j] for j in range(47, near_at // 512) if loud[j]]
+    speech = np.flatnonzero(np.abs(person) > 0.05)
+    first, last = (near_at + speech[0]) // 512 + 1, (near_at + speech[-1]) // 512 - 1
+    double_talk = [attenuation[j] for j in range(first, min(last, len(attenuation)))]
+    assert np.median(echo_only) >= 30.0, echo_only
+    assert np.median(double_talk) <= 15.0, double_talk

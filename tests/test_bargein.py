@@ -169,6 +169,43 @@ def test_an_onset_chunk_may_open_the_run_when_allowed() -> None:
     assert feed_all(detector, "." * 9, clock) is None
 
 
+def test_fewer_chunks_fire_while_the_canceller_is_known_to_cancel_well() -> None:
+    """`fast_chunks`: a run opened after chunks the canceller took >= 30 dB out of (echo well
+    cancelled) fires after 2 chunks; after poor or unknown cancellation (AEC lost the echo
+    path, no canceller), or without the option, after `consecutive_chunks`."""
+
+    def run(attenuation_db, fast_chunks=2):
+        clock = Clock()
+        options = BargeInOptions(consecutive_chunks=3, fast_chunks=fast_chunks)
+        detector = BargeInDetector(loud, lambda: None, options, clock=clock,
+                                   attenuation=attenuation_db)  # fmt: skip
+        return feed_all(detector, "." * 10 + "ssss", clock), detector
+
+    def attenuation(before_db):
+        # The person's chunks (from index 10 on, captured after 10 * CHUNK_S) pass through.
+        return lambda at_s: before_db if at_s <= 10 * CHUNK_S + 1e-9 else 5.0
+
+    fired, detector = run(attenuation(60.0))
+    assert fired == 11 and detector.fast_runs == 1
+    assert detector.fired.probabilities == [0.9, 0.9]
+    assert run(attenuation(12.0))[0] == 12  # the canceller is struggling: 3 chunks
+    assert run(lambda _at_s: None)[0] == 12  # nothing known
+    assert run(None)[0] == 12  # no canceller at all
+    assert run(attenuation(60.0), fast_chunks=None)[0] == 12  # the option off
+    # One silent chunk (nothing to cancel: the far end paused) among the 8 before: 3 chunks.
+    healthy = attenuation(60.0)
+
+    def silent_7th(at_s):
+        return None if 6 * CHUNK_S < at_s <= 7 * CHUNK_S + 1e-9 else healthy(at_s)
+
+    assert run(silent_7th)[0] == 12
+    # Too few chunks known before the run (the stream just started): 3 chunks.
+    clock = Clock()
+    detector = BargeInDetector(loud, lambda: None, BargeInOptions(fast_chunks=2), clock=clock,
+                               attenuation=lambda _at_s: 60.0)  # fmt: skip
+    assert feed_all(detector, "..ssss", clock) == 4
+
+
 def test_options_are_checked() -> None:
     with pytest.raises(ValueError):
         BargeInOptions(onset_threshold=0.6)
@@ -178,6 +215,10 @@ def test_options_are_checked() -> None:
         BargeInOptions(consecutive_chunks=0)
     with pytest.raises(ValueError):
         BargeInOptions(tail_inhibit_ms=-1)
+    with pytest.raises(ValueError):
+        BargeInOptions(consecutive_chunks=3, fast_chunks=4)
+    with pytest.raises(ValueError):
+        BargeInOptions(fast_chunks=0)
 
 
 # -- Silero VAD on the room harness ------------------------------------------------------------

@@ -212,12 +212,15 @@ def test_control_pause_holds_the_reply_silent_and_resume_finishes_it(room) -> No
     finally:
         recorder.stop()
     result = json.loads(out)
-    assert proc.returncode == 4, err.decode()  # nobody answered: the reply ran to its end
+    # Nobody answered: the reply ran to its end.
+    assert proc.returncode == 4, (err.decode(), result["text"], result["interrupted_at_s"],
+                                  result["counters"], result["clock"])  # fmt: skip
     # Silent while paused (a block's slack at each edge), loud again after the resume, and no
     # word was lost: the pause is not a stop, and the microphone heard no barge-in meanwhile.
     assert not recorder.loud_between(paused_at_s + 0.15, resumed_at_s - 0.05)
     assert recorder.loud_between(resumed_at_s, resumed_at_s + 3.0)
-    assert result["interrupted"] is False and result["skipped"] is False, result
+    assert result["interrupted"] is False and result["skipped"] is False, (
+        result["counters"], result["clock"], result["interrupted_at_s"])  # fmt: skip
     assert result["heard_reply"] == result["reply"].strip()
     assert floor().status().holder is None
 

@@ -37,11 +37,16 @@ barge-in stopped the reply), `capture` hands back the raw samples: AEC3's suppre
 suppression keep colouring near-end speech after the echo is gone, which cost Whisper most of an
 interruption's words on the room harness (word error rate 0.08-0.75 cleaned, ~0 raw).
 
+`EchoCanceller.attenuation_db` tells, per captured block, how much the canceller took out (raw
+over cleaned energy): 30-90 dB on echo alone once converged, 0-20 dB with a person in the
+block; the barge-in detector fires sooner while it is high (`BargeInOptions.fast_chunks`).
+
 `erle_db` and `convergence_time_s` measure what the canceller achieves (benchmarks/aec).
 """
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 import time
@@ -65,6 +70,14 @@ RENDER_LOUD_PEAK = 10 ** (-50 / 20)
 #: room ~30-80 ms + reverberant tail; the barge-in detector's tail window, 300 ms, covered every
 #: residual seen), and `capture` hands back raw samples: see EchoCanceller's raw_when_quiet_s.
 RAW_WHEN_QUIET_S = 0.4
+#: Captured blocks whose levels `EchoCanceller.attenuation_db` keeps (32 ms each: ~2 s).
+LEVELS_KEPT = 64
+#: A block quieter than this (energy summed over its frames; ~-90 dBFS over 32 ms) has nothing
+#: to attenuate.
+_SILENT_ENERGY = 1e-9 * 512
+#: The cleaned energy's floor, in frames of `_ENERGY_FLOOR`: a suppressor's exact zeros give
+#: a finite attenuation (~100 dB).
+_SILENT_FLOOR_FRAMES = 512
 #: A callback later than its block's duration plus this is a glitch: the stream stalled, the
 #: echo path moved, and AEC3 re-converges (~0.7 s measured on the room harness after a 130 ms
 #: output stall; PortAudio's underflow flag did not report it through ALSA's pulse plugin).
@@ -291,6 +304,13 @@ class EchoCanceller:
         self._ring_count = 0
         self.capture_delay_frames: int | None = None  # fixed by the first captured block
         self.capture_shortfalls = 0  # blocks that had to be padded (block size changed)
+        # What the canceller took out of each captured block (`attenuation_db`): energies of
+        # the raw and the cleaned frames processed in one callback, with the callback's end.
+        self._raw_energy = 0.0
+        self._cleaned_energy = 0.0
+        self._levels: collections.deque[tuple[float, float, float]] = collections.deque(
+            maxlen=LEVELS_KEPT
+        )
 
     # -- the output callback ------------------------------------------------------------------
     def render(self, block: np.ndarray) -> None:
@@ -351,12 +371,31 @@ class EchoCanceller:
             self._ring = np.zeros(n + 2 * size, np.float32)
             self._ring_count = self.capture_delay_frames  # start with that much silence
         try:
+            self._raw_energy = self._cleaned_energy = 0.0
             self._feed_capture(block)
         except Exception as exc:
             self._count_error(exc)
             return block
         self._pop(block)
+        self._levels.append((time.monotonic(), self._raw_energy, self._cleaned_energy))
         return block
+
+    def attenuation_db(self, captured_at_s: float) -> float | None:
+        """How far the canceller brought down the block a Microphone stamped `captured_at_s`
+        (raw energy over cleaned, in dB; None if unknown or silent).
+
+        During echo alone AEC3 takes 30-90 dB out of every block once converged; the person
+        talking passes through it, so a block with the person in it comes out only 0-20 dB
+        down (measured on the room harness: 9-15 dB at the first chunk of their speech). The
+        barge-in detector uses it to tell a person from echo Silero mistakes for speech.
+        Microphone stamps a block just after its callback (this hook) returns: the block's
+        record is the last one made at or before `captured_at_s`."""
+        for made_s, raw, cleaned in reversed(self._levels.copy()):
+            if made_s <= captured_at_s:
+                if raw <= _SILENT_ENERGY:
+                    return None
+                return 10 * math.log10(raw / max(cleaned, _ENERGY_FLOOR * _SILENT_FLOOR_FRAMES))
+        return None
 
     def _feed_capture(self, block: np.ndarray) -> None:
         frame, pending = self._capture, self._capture_pending
@@ -371,11 +410,13 @@ class EchoCanceller:
                 if self.stream_delay_ms is not None:
                     self.apm.set_stream_delay_ms(self.stream_delay_ms)
                 self.apm.process_stream(frame.audio_frame)
+                self._raw_energy += float(np.dot(pending, pending))
+                frame.unload(self._cleaned)
+                self._cleaned_energy += float(np.dot(self._cleaned, self._cleaned))
                 if self._echo_gone():
                     self._push(pending)  # the raw frame: nothing left to cancel
                     self.raw_frames += 1
                 else:
-                    frame.unload(self._cleaned)
                     self._push(self._cleaned)
                 self._capture_fill = 0
                 self.capture_frames += 1

@@ -2,9 +2,10 @@
 
 `BargeInDetector` watches the echo-cancelled capture while the reply plays. It asks a speech
 probability function (Silero VAD, `vocal.vad.SileroVad`; any `chunk -> float`) about each
-512-sample chunk and, after `consecutive_chunks` speech chunks in a row, calls the stop callback
-once (`Player.stop`, the kill handle) and returns a `BargeIn` holding the chunks that made it
-fire plus `pre_roll_ms` before them, so the interrupting words reach the transcript.
+512-sample chunk and, after `consecutive_chunks` speech chunks in a row (`fast_chunks` while
+the canceller is known to cancel the echo well: `EchoCanceller.attenuation_db`), calls the stop
+callback once (`Player.stop`, the kill handle) and returns a `BargeIn` holding the chunks that
+made it fire plus `pre_roll_ms` before them, so the interrupting words reach the transcript.
 
 Two windows are inhibited, where what is left of the echo after cancellation can look like
 speech (values measured on the room harness, benchmarks/aec; see `BargeInOptions`):
@@ -48,13 +49,17 @@ class FarEndActivity(Protocol):
 class BargeInOptions:
     """Thresholds and windows of the barge-in detector.
 
-    Defaults, from benchmarks/aec on the room harness (benchmarks/RESULTS.md, "echo cancellation
-    and barge-in"): 3 chunks of Silero >= 0.5 (96 ms; DESIGN.md saw 3-5 chunks fire 0.25-0.29 s
-    after the person starts; 2 chunks added false barge-ins). On a glitch-free path the residual
-    echo almost never made 3 speech chunks in a row (1 run in 69); after glitches (ours or the
-    room's) it did, at light load up to 1.2 s after playback started, 0.27 s into a pause of the
-    far end and 0.4-1.9 s after a glitch was noticed (the longer ones with the room stalling
-    too): the windows cover most of those.
+    Defaults, from benchmarks/aec and benchmarks/converse on the room harness
+    (benchmarks/RESULTS.md, "echo cancellation and barge-in"): 3 chunks of Silero >= 0.5 (96 ms;
+    DESIGN.md saw 3-5 chunks fire 0.25-0.29 s after the person starts; 2 chunks alone added false
+    barge-ins), but 2 while the canceller is known to take >= 30 dB out of the echo
+    (`fast_chunks`): where echo made speech-like runs after convergence, AEC3 had lost the
+    echo path (attenuation 0-30 dB, after a stall), and a person's 2nd chunk comes ~35 ms
+    before the 3rd. On a glitch-free path the residual echo almost never made 3 speech chunks
+    in a row (1 run in 69); after glitches (ours or the room's) it did, at light load up to
+    1.2 s after playback started, 0.27 s into a pause of the far end and 0.4-1.9 s after a
+    glitch was noticed (the longer ones with the room stalling too): the windows cover most
+    of those.
     """
 
     threshold: float = 0.5
@@ -63,7 +68,22 @@ class BargeInOptions:
     #: 2-3 chunks at an onset: 0.16, 0.59, ...), which fires one chunk (32 ms) earlier when
     #: the onset passes through it; None: every chunk of the run must reach `threshold`.
     onset_threshold: float | None = None
+    #: Chunks enough while the canceller is known to be cancelling well (None: always
+    #: `consecutive_chunks`). The run's first chunk decides: if the canceller took at least
+    #: `healthy_attenuation_db` out of the median of the `health_chunks` chunks (256 ms)
+    #: before it (`BargeInDetector(attenuation=...)`; every one of them known, i.e. with sound
+    #: to cancel, and none inhibited), the echo is well cancelled, residual echo that Silero
+    #: takes for speech is unlikely, and `fast_chunks` fire. Otherwise (no attenuation known,
+    #: the far end just resumed, AEC3 off its echo path after a stall, a noisy room)
+    #: `consecutive_chunks` must. Measured (benchmarks/converse): the deciding chunk ~35 ms
+    #: earlier when it applies, the same false barge-ins in 60 echo-only runs.
+    fast_chunks: int | None = 2
+    healthy_attenuation_db: float = 30.0
+    health_chunks: int = 8
     convergence_inhibit_ms: int = 1200
+    #: After a resume (`BargeInDetector.hold`): residual echo made speech-like runs 0.7 and
+    #: 1.6 s after a 2 s pause's resume (tests/test_converse.py, 1 run in 4 and 1 in 8).
+    resume_inhibit_ms: int = 2500
     tail_inhibit_ms: int = 300
     glitch_inhibit_ms: int = 1500
     #: Audio kept from before the first chunk of the deciding run. Silero is sure of the person
@@ -80,6 +100,10 @@ class BargeInOptions:
             raise ValueError("onset_threshold must be between 0 and threshold")
         if self.consecutive_chunks < 1:
             raise ValueError("consecutive_chunks must be at least 1")
+        if self.fast_chunks is not None and not 1 <= self.fast_chunks <= self.consecutive_chunks:
+            raise ValueError("fast_chunks must be between 1 and consecutive_chunks")
+        if self.health_chunks < 1:
+            raise ValueError("health_chunks must be at least 1")
         durations = (self.convergence_inhibit_ms, self.tail_inhibit_ms, self.glitch_inhibit_ms,
                      self.pre_roll_ms)  # fmt: skip
         if min(durations) < 0:
@@ -128,6 +152,7 @@ class BargeInDetector:
         *,
         activity: FarEndActivity | None = None,
         glitches: Callable[[], int] | None = None,
+        attenuation: Callable[[float], float | None] | None = None,
         delay_frames: int = 0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -139,6 +164,8 @@ class BargeInDetector:
         self.options = options or BargeInOptions()
         self.activity = activity
         self.glitches = glitches
+        self.attenuation = attenuation
+        self._attenuation_db: float | None = None
         self._glitch_count = glitches() if glitches is not None else 0
         self._glitch_until_s = -math.inf
         #: When each glitch was noticed (clock time).
@@ -148,14 +175,24 @@ class BargeInDetector:
         self.fired: BargeIn | None = None
         self.chunks = 0
         self.inhibited_chunks = 0
-        #: (capture end time of the chunk, probability, inhibited) for every chunk seen.
-        self.trace: list[tuple[float, float, bool]] = []
+        #: (capture end time of the chunk, probability, inhibited, the canceller's attenuation
+        #: of its block in dB or None) for every chunk seen.
+        self.trace: list[tuple[float, float, bool, float | None]] = []
         o = self.options
         keep = math.ceil(o.pre_roll_ms / 1000 / o.chunk_s) + o.consecutive_chunks
         self._recent: collections.deque[np.ndarray] = collections.deque(maxlen=keep)
         self._run: list[float] = []
+        #: Chunks the current run needs (fixed at its first chunk; see `fast_chunks`).
+        self._run_needs = o.consecutive_chunks
+        #: Runs that were judged with the canceller healthy (`fast_chunks`).
+        self.fast_runs = 0
         self._pending = np.zeros(o.chunk_frames, np.float32)
         self._pending_fill = 0
+
+    def hold(self, duration_s: float) -> None:
+        """Count no chunk captured in the next `duration_s` (from now): the far end restarts
+        (a resume after a pause) and the canceller must find the echo path again."""
+        self._glitch_until_s = max(self._glitch_until_s, self._clock() + duration_s)
 
     def inhibited(self, at_s: float) -> bool:
         """True if a chunk captured at `at_s` must not count towards a barge-in."""
@@ -185,6 +222,8 @@ class BargeInDetector:
                 now = self._clock()
                 self.glitch_at_s.append(now)
                 self._glitch_until_s = now + o.glitch_inhibit_ms / 1000
+        if self.attenuation is not None and captured_at_s is not None:
+            self._attenuation_db = self.attenuation(captured_at_s)
         end_s = (self._clock() if captured_at_s is None else captured_at_s) - (
             self.delay_frames / o.sample_rate
         )
@@ -210,7 +249,7 @@ class BargeInDetector:
         self.chunks += 1
         start_s = end_s - o.chunk_s
         inhibited = self.inhibited(start_s) or self.inhibited(end_s)
-        self.trace.append((end_s, probability, inhibited))
+        self.trace.append((end_s, probability, inhibited, self._attenuation_db))
         if inhibited:
             self.inhibited_chunks += 1
             self._run.clear()
@@ -218,10 +257,13 @@ class BargeInDetector:
         if probability < o.threshold:
             self._run.clear()
             if o.onset_threshold is not None and probability >= o.onset_threshold:
-                self._run.append(probability)  # may open the next run
+                self._open_run(probability)  # may open the next run
             return False
-        self._run.append(probability)
-        if len(self._run) < o.consecutive_chunks:
+        if self._run:
+            self._run.append(probability)
+        else:
+            self._open_run(probability)
+        if len(self._run) < self._run_needs:
             return False
         self.on_barge_in()
         now = self._clock()
@@ -229,3 +271,22 @@ class BargeInDetector:
         run_s = len(self._run) * o.chunk_s
         self.fired = BargeIn(now, end_s - run_s, pre_roll, list(self._run))
         return True
+
+    def _open_run(self, probability: float) -> None:
+        self._run.append(probability)
+        self._run_needs = self.options.consecutive_chunks
+        if self.options.fast_chunks is not None and self.healthy():
+            self._run_needs = self.options.fast_chunks
+            self.fast_runs += 1
+
+    def healthy(self) -> bool:
+        """Whether the canceller was cancelling well over the `health_chunks` chunks before the
+        current one (see `BargeInOptions.fast_chunks`)."""
+        o = self.options
+        before = self.trace[-1 - o.health_chunks : -1]
+        known = sorted(row[3] for row in before if row[3] is not None and not row[2])
+        # Every one of them known: not right after the far end resumed from a pause, nor
+        # across an inhibit window (AEC3 re-converging).
+        if len(known) < o.health_chunks:
+            return False
+        return known[len(known) // 2] >= o.healthy_attenuation_db

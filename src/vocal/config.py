@@ -101,6 +101,12 @@ class Settings:
     # barge_in_onset_threshold: a lower probability allowed for the first chunk of a barge-in's
     # run (vocal.bargein.BargeInOptions.onset_threshold); unset: off (measured: benchmarks/aec).
     barge_in_onset_threshold: float | None = None
+    # barge_in_trace: diagnostics, `vocal converse --json` also carries the detector's trace
+    # (capture time, speech probability, inhibited) of every chunk (benchmarks/converse).
+    barge_in_trace: bool = False
+    # barge_in_fast_chunks: chunks enough while the canceller is known to cancel well
+    # (vocal.bargein.BargeInOptions.fast_chunks); empty: always barge_in_chunks.
+    barge_in_fast_chunks: int | None = 2
 
     # -- the state directory's layout --------------------------------------------------------
     @property

@@ -115,9 +115,13 @@ class ConverseResult:
     listen: ListenResult | None = None
     speech: SpeechResult | None = None
     sentences: list[dict] = field(default_factory=list)
+    #: The barge-in detector's (capture end time, probability, inhibited, attenuation in dB)
+    #: per chunk, with the `barge_in_trace` setting (diagnostics); None otherwise.
+    trace: list[tuple[float, float, bool, float | None]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What `vocal converse --json` prints."""
+        extra = {} if self.trace is None else {"barge_in_trace": self.trace}
         return {
             "text": self.text,
             "speech_heard": self.speech_heard,
@@ -135,6 +139,7 @@ class ConverseResult:
             "clock": self.clock,
             "counters": self.counters,
             "sentences": self.sentences,
+            **extra,
         }
 
 
@@ -147,9 +152,10 @@ class _SpeechOutput:
     """What `Turn` acts on from its control thread (stop/pause/resume/status), routed to the
     `Speech` so its synthesis thread stops too, not only the Player."""
 
-    def __init__(self, speech: Any, player: Any) -> None:
+    def __init__(self, speech: Any, player: Any, on_resume: Callable[[], None] | None = None):
         self.speech, self.player = speech, player
         self.sample_rate = player.sample_rate
+        self.on_resume = on_resume
 
     def stop(self) -> None:
         self.speech.stop()
@@ -158,6 +164,8 @@ class _SpeechOutput:
         self.speech.pause()
 
     def resume(self) -> None:
+        if self.on_resume is not None:
+            self.on_resume()
         self.speech.resume()
 
     @property
@@ -407,7 +415,9 @@ class _Run:
             speech.join(2.0)
             raise
         speech.attach_output(player)
-        turn.attach_output(_SpeechOutput(speech, player))
+        # A resume restarts the far end after a silence and the canceller finds the echo path
+        # again: barge-in waits (BargeInOptions.resume_inhibit_ms).
+        turn.attach_output(_SpeechOutput(speech, player, on_resume=self._hold_barge_in))
         turn.set_state("playing")
         detector = None
         vad = None
@@ -418,6 +428,7 @@ class _Run:
                     threshold=settings.barge_in_threshold,
                     consecutive_chunks=settings.barge_in_chunks,
                     onset_threshold=settings.barge_in_onset_threshold,
+                    fast_chunks=settings.barge_in_fast_chunks,
                 )
             except ValueError as exc:  # a bad value from VOCAL_* or config.toml
                 raise UsageError(f"bad barge-in setting: {exc}") from None
@@ -427,6 +438,7 @@ class _Run:
                 activity=canceller.activity if canceller is not None else None,
                 glitches=lambda: (canceller.glitches if canceller is not None else 0)
                 + player.underflows + self.mic.overflows,
+                attenuation=canceller.attenuation_db if canceller is not None else None,
             )  # fmt: skip
         # The cleaned blocks of the last few seconds: a barge-in decided late (an inhibit window
         # held it back) still hands the endpointer the person's first word.
@@ -480,6 +492,10 @@ class _Run:
             tail_s = (BargeInOptions().tail_inhibit_ms / 1000) if self.use_aec else 0.0
             return [], ended_s + tail_s
         return [], ended_s + REVERB_GAP_MS / 1000
+
+    def _hold_barge_in(self) -> None:
+        if self.detector is not None:
+            self.detector.hold(self.detector.options.resume_inhibit_ms / 1000)
 
     def _kept_blocks(self, detector: Any, recent: collections.deque[Block]) -> list[Block]:
         """The blocks from `pre_roll_ms` before the person's onset to the deciding chunk.
@@ -569,6 +585,13 @@ class _Run:
         if listened is not None:
             clock.update({f"listen_{k}": v for k, v in listened.clock.items()})
         clock["first_audio"] = first_audio
+        if fired is not None:
+            # The barge-in's steps as capture times (benchmarks/converse decomposes its latency):
+            # the first and the deciding chunk of the run that fired, their ends.
+            chunk_s = detector.options.chunk_s
+            clock["barge_in_first_speech"] = fired.speech_start_s + chunk_s
+            clock["barge_in_decided"] = fired.speech_start_s + len(fired.probabilities) * chunk_s
+            clock["barge_in_onset"] = getattr(self, "onset_s", None)
         reply_ended = clock.get("reply_ended")
         end = time.monotonic()
 
@@ -606,9 +629,11 @@ class _Run:
             "inhibited_chunks": detector.inhibited_chunks if detector is not None else 0,
             "chunks": detector.chunks if detector is not None else 0,
             "glitch_inhibits": len(detector.glitch_at_s) if detector is not None else 0,
+            # Speech runs judged with the echo well cancelled (BargeInOptions.fast_chunks).
+            "fast_runs": detector.fast_runs if detector is not None else 0,
         }  # fmt: skip
         text = listened.text if listened is not None else ""
-        return ConverseResult(
+        result = ConverseResult(
             text=text,
             speech_heard=bool(listened and listened.speech_heard),
             interrupted=fired is not None,
@@ -627,6 +652,10 @@ class _Run:
             speech=speech_result,
             sentences=sentences,
         )
+        if self.settings.barge_in_trace and detector is not None:
+            result.trace = [(round(t, 4), round(p, 3), i, None if a is None else round(a, 1))
+                            for t, p, i, a in detector.trace]  # fmt: skip
+        return result
 
 
 __all__ = ["ConverseOptions", "ConverseResult", "REVERB_GAP_MS", "STOPPED_MARKER", "converse"]
