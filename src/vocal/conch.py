@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import select
 import socket
 import threading
@@ -391,7 +390,7 @@ class Conch:
     def _take(self, *, seq: int, session: str, agent: str | None, voice: str | None,
               pid: int | None, now: float) -> Holder:  # fmt: skip
         holder = Holder(
-            token=secrets.token_hex(8),
+            token=os.urandom(8).hex(),  # not `secrets`: its import (hmac, OpenSSL) costs ~10 ms
             seq=seq,
             session=session,
             agent=agent,

@@ -55,18 +55,23 @@ def option_value(argv: list[str], name: str) -> str | None:
 
 def main() -> None:
     """Console entry point (`vocal`, `python -m vocal`)."""
+    from vocal.timeline import mark
+
+    mark("launch")
     argv = sys.argv[1:] if os.environ.get(ENV_SWITCH, "1") != "0" else []
     if will_speak(argv):  # first: it forks, and a fork must come before any thread
         from vocal import speech_worker
 
         speech_worker.start(engine=option_value(argv, "--engine"),
                             voice=option_value(argv, "--voice"))  # fmt: skip
+        mark("worker_forked")
     if needs_device(argv):
         from vocal import portaudio
 
         portaudio.start()
     from vocal.cli import main as run_cli
 
+    mark("cli_imported")
     run_cli()
 
 

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from vocal.errors import EngineError, UsageError, VocalError
 from vocal.text import clean_text, extract_quotes, speakable_lines, split_sentences
+from vocal.timeline import mark
 
 if TYPE_CHECKING:
     import numpy as np
@@ -524,7 +525,18 @@ class Speech:
             if self.result.voice is None:
                 self.result.voice = self.engine.voice
         self.result.engine_ready_at_s = time.monotonic()
+        mark("engine_ready")
         return self.engine
+
+    def _engine_settled(self, engine: TtsEngine) -> None:
+        """An engine from the speech worker knows its voice and when it was ready only once
+        it has synthesized (vocal.tts.remote.RemoteEngine)."""
+        if self.result.voice is None:
+            self.result.voice = engine.voice
+        ready_at_s = getattr(engine, "ready_at_s", None)
+        if ready_at_s is not None:
+            self.result.engine_ready_at_s = ready_at_s
+        self.result.worker_sentences = getattr(engine, "remote_sentences", 0)
 
     def _put(self, item: Any) -> bool:
         while not self._stop.is_set():
@@ -558,7 +570,8 @@ class Speech:
                     samples = np.asarray(engine.synthesize(sentence, speed=self.speed), np.float32)
                     samples = samples.reshape(-1)
                     record.synth_done_at_s = time.monotonic()
-                    self.result.worker_sentences = getattr(engine, "remote_sentences", 0)
+                    mark("first_sentence_synthesized")
+                    self._engine_settled(engine)
                     record.frames = samples.shape[0]
                     reason = check_speech(samples, engine.sample_rate) if self.check else None
                     if reason is not None:
@@ -929,8 +942,6 @@ def _speak_in_turn(
     report: Report | None,
     on_start: Callable[[Speech], None] | None,
 ) -> SpeechResult:
-    from vocal.turn import Turn
-
     turn_outcome = TurnOutcome()
     speech.result.turn = turn_outcome
     writer: _HistoryWriter | None = None
@@ -938,15 +949,19 @@ def _speak_in_turn(
         # The turn does not exist yet: the writer is bound to it below, before any output.
         writer = _HistoryWriter(None, speech._utterances, shown, rate)
         speech._on_sentence = writer.add
-    # PortAudio initializes in a thread while numpy is imported here (see
-    # preload_audio_backend); synthesis starts now and overlaps the wait for the floor (the
-    # worker holds the first sentence until an output is attached, so a long wait wastes
-    # nothing more).
-    preload = preload_audio_backend()
+    # Synthesis starts first, before the turn's modules load (~50 ms): the speech worker gets
+    # the first sentence at once, and synthesis overlaps the wait for the floor (the worker
+    # thread holds the first sentence until an output is attached, so a long wait wastes
+    # nothing more). PortAudio's own start-up runs in a thread meanwhile
+    # (preload_audio_backend).
     speech.start()
+    preload = preload_audio_backend()
+    from vocal.turn import Turn
+
     try:
         with Turn(settings, kind="speak", voice=shown, use_conch=options.use_conch,
                   warm_audio=False, status=report or (lambda _m: None)) as turn:  # fmt: skip
+            mark("floor_taken")
             held = turn.held
             turn_outcome.session = turn.session
             if held is not None:
@@ -1019,6 +1034,7 @@ def _play_in_turn(
         speech.fail(exc)
         speech.join(2.0)
         raise
+    mark("output_open")
     back = None
     try:
         turn.on("status", lambda _request: {"sentence": speech.status()})

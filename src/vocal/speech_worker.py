@@ -13,11 +13,11 @@ picked from the command line) and loads the engine and voice the turn will use.
 The command then calls `adopt(name, voice, settings)` for the engine it resolved. The worker
 names its guess as soon as it has made one, so a turn that wants another engine or voice
 (`--engine`, `--voice`) lets the worker go at once and loads its engine in-process as before. A
-match waits for the worker's engine to load (as loading it in-process would) and gets a
-`vocal.tts.remote.RemoteEngine`: a `TtsEngine` whose `synthesize` sends the sentence and
-receives the samples. A worker that fails to load its engine hands over before the first
-sentence (loading it in-process raises the engine's own error, with its exit code), and one that
-dies mid-reply hands over from that sentence on.
+match gets a `vocal.tts.remote.RemoteEngine` at once: a `TtsEngine` whose `synthesize` sends
+the sentence and receives the samples, so the first sentence waits in the pipe while the engine
+finishes loading and is synthesized the moment it has. A worker that fails to load its engine
+hands over before the first sentence (loading it in-process raises the engine's own error,
+with its exit code), and one that dies mid-reply hands over from that sentence on.
 
 Protocol (pipes, one request at a time): the parent sends JSON lines ({"op": "synthesize",
 "text", "speed"} or {"op": "close"}); the worker answers with a JSON line, followed for samples
@@ -51,6 +51,8 @@ ENV_SWITCH = "VOCAL_SPEECH_WORKER"
 EXIT_WAIT_S = 2.0
 #: How long `adopt` waits for the worker's guess (settings only: ~0.1 s) before going on alone.
 GUESS_TIMEOUT_S = 5.0
+#: The worker's niceness after its first sentence (see `_step_back`).
+STEP_BACK_NICENESS = 10
 _PR_SET_PDEATHSIG = 1
 
 
@@ -176,7 +178,8 @@ def _load_shared() -> bool:
 def adopt(name: str, voice: str | None, settings: Any) -> RemoteEngine | None:
     """The worker as the engine for (`name`, `voice`), or None when there is no worker or it
     guessed another engine or voice (it is then let go, and the caller loads in-process).
-    Called once per process: later calls get None."""
+    Called once per process: later calls get None. The worker may still be loading: the
+    engine's first `synthesize` waits for it (and hands over if its load failed)."""
     global _worker
     worker, _worker = _worker, None
     if worker is None:
@@ -188,18 +191,13 @@ def adopt(name: str, voice: str | None, settings: Any) -> RemoteEngine | None:
     if not guess or guess.get("engine") != name or guess.get("voice") != voice:
         worker.finish(wait_s=0)
         return None
-    try:  # the engine is still loading there: this waits as loading it here would
-        loaded = worker.read_message()
-    except (OSError, ValueError):
-        loaded = None
-    if not loaded or not loaded.get("loaded"):  # loading it here raises the real error
-        worker.finish(wait_s=0)
-        return None
+    from vocal.timeline import mark
+
+    mark("worker_guessed", guess.get("at_s"))
     atexit.register(worker.finish)
     from vocal.tts.remote import RemoteEngine
 
-    return RemoteEngine(worker, name, loaded.get("voice", voice), int(loaded["sample_rate"]),
-                        settings)  # fmt: skip
+    return RemoteEngine(worker, name, voice, settings)
 
 
 def _release() -> None:
@@ -241,6 +239,7 @@ def _serve(requests: BinaryIO, replies: BinaryIO, engine_name: str | None,
     engine = _guess_engine(reply, engine_name, voice_name)
     if engine is None:
         return
+    stepped_back = False
     for line in requests:
         request = json.loads(line)
         if request.get("op") == "close":
@@ -256,6 +255,24 @@ def _serve(requests: BinaryIO, replies: BinaryIO, engine_name: str | None,
             reply({"message": message, "exit_code": EngineError.exit_code})
             continue
         reply({"frames": int(samples.shape[0])}, samples.tobytes())
+        if not stepped_back:
+            stepped_back = _step_back()
+
+
+def _step_back() -> bool:
+    """Lower the worker's priority once its first sentence is out.
+
+    The first sentence is what a person waits for; the rest is synthesized far ahead of
+    playback (real-time factor ~0.02), so it can wait for a core. At normal priority it ran
+    beside the command loading Whisper during playback and kept both cores busy: the audio
+    threads (this turn's, PulseAudio's) were scheduled late, the output underflowed, and the
+    echo canceller lost the echo path (tests/test_converse.py's pause/resume turn caught it).
+    """
+    try:
+        os.nice(STEP_BACK_NICENESS)
+    except OSError:
+        pass
+    return True
 
 
 def _guess_engine(reply: Any, engine_name: str | None, voice_name: str | None) -> TtsEngine | None:
@@ -270,15 +287,20 @@ def _guess_engine(reply: Any, engine_name: str | None, voice_name: str | None) -
     except Exception:
         reply({"engine": None})
         return None
-    reply({"engine": name, "voice": voice})
+    reply({"engine": name, "voice": voice, "at_s": time.monotonic()})
     try:
-        from vocal.tts import load_tts
+        import importlib
 
+        from vocal.tts import engine_class, load_tts
+
+        for module in engine_class(name).preload_modules:
+            importlib.import_module(module)
         engine = load_tts(name, voice, settings=settings)
     except Exception:
         reply({"loaded": False})
         return None
-    reply({"loaded": True, "sample_rate": engine.sample_rate, "voice": engine.voice})
+    reply({"loaded": True, "sample_rate": engine.sample_rate, "voice": engine.voice,
+           "at_s": time.monotonic()})  # fmt: skip
     return engine
 
 

@@ -92,10 +92,12 @@ def speak(
     from vocal.config import load_settings
     from vocal.speech import SpeakOptions, process_started_at_s, text_argument
     from vocal.speech import speak as speak_text
+    from vocal.timeline import mark, since
 
     text, from_stdin = text_argument(text)
     if from_stdin:
         started_at_s = time.monotonic()
+    mark("text_known", started_at_s)
     settings = load_settings(session=session, agent=agent)
     options = SpeakOptions(
         engine=engine, voice=voice, speed=speed, volume=volume, output=output, device=device,
@@ -115,6 +117,9 @@ def speak(
             round((first - process_start) * 1000, 1) if first and process_start else None
         )
         payload["output"] = str(output) if output is not None else None
+        if first:
+            mark("first_audio", first)
+        payload["timeline"] = since(process_start)
         typer.echo(json.dumps(payload))
 
 

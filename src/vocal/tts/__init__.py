@@ -67,6 +67,8 @@ class TtsEngine:
     multilingual: ClassVar[bool] = False
     #: The voice in use (None: the engine's default).
     voice: str | None = None
+    #: Modules the speech worker (vocal.speech_worker) imports before it builds the engine.
+    preload_modules: ClassVar[tuple[str, ...]] = ()
 
     def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:
         """Mono float32 samples at `sample_rate` for one sentence."""

@@ -256,6 +256,12 @@ class HibariEngine(TtsEngine):
 
     name: ClassVar[str] = "hibari"
     sample_rate = SAMPLE_RATE
+    # In a process of its own, onnxruntime imported before the engine is built lets the
+    # session load (GIL-free) while hibari's modules and G2P import, instead of after them:
+    # construction + first clause 198 ms against 248 (medians of 5, load ~0.2). In a command's
+    # own process, where other imports compete for the GIL, the order did not pay (see
+    # benchmarks/RESULTS.md), so only the speech worker does it.
+    preload_modules: ClassVar[tuple[str, ...]] = ("onnxruntime",)
     multilingual: ClassVar[bool] = False
 
     def __init__(

@@ -15,17 +15,24 @@ if TYPE_CHECKING:
 
 
 class RemoteEngine(TtsEngine):
-    """A `TtsEngine` whose synthesis runs in the worker; in-process if the worker fails."""
+    """A `TtsEngine` whose synthesis runs in the worker; in-process if the worker fails.
 
-    def __init__(self, worker: Worker, name: str, voice: str | None, sample_rate: int,
-                 settings: Any) -> None:  # fmt: skip
+    It is handed out while the worker may still be loading its engine: the first `synthesize`
+    sends its sentence, then waits for the worker's word that the engine loaded (its voice,
+    sample rate and time: `ready_at_s`), then for the samples.
+    """
+
+    def __init__(self, worker: Worker, name: str, voice: str | None, settings: Any) -> None:
         self._worker: Worker | None = worker
         self._settings = settings
         self.name = name  # type: ignore[misc]
         self.voice = voice
-        self.sample_rate = sample_rate
         self._class = engine_class(name)
+        self.sample_rate = self._class.sample_rate
+        self._loaded = False
         self._local: TtsEngine | None = None
+        #: time.monotonic() when the engine was ready (in the worker, or here).
+        self.ready_at_s: float | None = None
         #: Sentences the worker synthesized (the rest, if it failed, were synthesized here).
         self.remote_sentences = 0
 
@@ -40,17 +47,31 @@ class RemoteEngine(TtsEngine):
         if worker is not None:
             try:
                 worker.send({"op": "synthesize", "text": sentence, "speed": speed})
-                reply = worker.read_message()
-                if reply is not None and "frames" in reply:
-                    data = worker.read_samples(int(reply["frames"]))
-                    self.remote_sentences += 1
-                    return np.frombuffer(data, np.float32).copy()
-                if reply is not None and reply.get("exit_code"):
-                    raise _remote_error(reply)
+                if not self._loaded:
+                    self._loaded = self._take_loaded(worker.read_message())
+                if self._loaded:
+                    reply = worker.read_message()
+                    if reply is not None and "frames" in reply:
+                        data = worker.read_samples(int(reply["frames"]))
+                        self.remote_sentences += 1
+                        return np.frombuffer(data, np.float32).copy()
+                    if reply is not None and reply.get("exit_code"):
+                        raise _remote_error(reply)
             except (OSError, EOFError, ValueError):
                 pass
-            self._hand_over()  # it died: the rest is synthesized here
+            self._hand_over()  # its load failed, or it died: the rest is synthesized here
         return self._local_engine().synthesize(sentence, speed=speed)
+
+    def _take_loaded(self, message: dict[str, Any] | None) -> bool:
+        if not message or not message.get("loaded"):
+            return False  # loading the engine here raises the real error
+        from vocal.timeline import mark
+
+        self.voice = message.get("voice", self.voice)
+        self.sample_rate = int(message["sample_rate"])
+        self.ready_at_s = message.get("at_s")
+        mark("worker_loaded", self.ready_at_s)
+        return True
 
     def close(self) -> None:
         if self._local is not None:
@@ -69,8 +90,12 @@ class RemoteEngine(TtsEngine):
 
     def _local_engine(self) -> TtsEngine:
         if self._local is None:
+            import time
+
             self._local = load_tts(self.name, self.voice, settings=self._settings)
             self.sample_rate = self._local.sample_rate
+            self.voice = self._local.voice
+            self.ready_at_s = self.ready_at_s or time.monotonic()
         return self._local
 
 
