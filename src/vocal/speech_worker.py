@@ -263,10 +263,9 @@ def _step_back() -> bool:
     """Lower the worker's priority once its first sentence is out.
 
     The first sentence is what a person waits for; the rest is synthesized far ahead of
-    playback (real-time factor ~0.02), so it can wait for a core. At normal priority it ran
-    beside the command loading Whisper during playback and kept both cores busy: the audio
-    threads (this turn's, PulseAudio's) were scheduled late, the output underflowed, and the
-    echo canceller lost the echo path (tests/test_converse.py's pause/resume turn caught it).
+    playback (real-time factor ~0.02) and can wait for a core, so it should not compete with
+    the turn's audio threads and PulseAudio while a converse turn also loads Whisper. (Its
+    effect on output underflows was within the noise of the room harness.)
     """
     try:
         os.nice(STEP_BACK_NICENESS)
