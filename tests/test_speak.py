@@ -48,6 +48,11 @@ def test_speak_text_to_a_file(tmp_path: Path) -> None:
     assert report["engine"] == "hibari" and report["voice"] == "heart"
     assert report["sentences"] == 2 and report["spoken"] == 2 and report["failed"] == 0
     assert report["worker_sentences"] == 2  # synthesized in the speech worker (Linux)
+    # The worker's own clock for its first sentence, in the turn's timeline: it was synthesized
+    # after the command knew the text and before the command had it.
+    stages = report["timeline"]
+    assert stages["text_known"] <= stages["worker_synth_started"] < stages["worker_synthesized"]
+    assert stages["worker_synthesized"] <= stages["first_sentence_synthesized"]
     assert report["real_time_factor"] < 1.0
     assert read_wav(out).sample_rate == 24_000
     assert word_error_rate(text, heard(out)) <= MAX_WER

@@ -250,3 +250,25 @@ def test_hibari_fast_path_keeps_scipy_and_urllib_out(tts_cache: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "False", "False", "Hibari"]
+
+
+def test_the_speech_check_matches_numpys_percentiles_without_importing_numpy_ma() -> None:
+    # The check's quantiles are computed by hand (np.percentile imports numpy.ma, ~20 ms on the
+    # first sentence's path); its verdicts must be the ones np.percentile gives.
+    code = (
+        "import sys, numpy as np\n"
+        "from vocal.speech import _percentile, check_speech\n"
+        "rng = np.random.default_rng(3)\n"
+        "noise = rng.uniform(-0.5, 0.5, 16000).astype(np.float32)\n"
+        "bursts = noise * np.repeat(np.arange(50) % 2, 320)\n"
+        "print(check_speech(noise, 16000) is None, check_speech(bursts, 16000) is None,\n"
+        "      'numpy.ma' in sys.modules)\n"
+        "for n in (5, 6, 51, 400):\n"
+        "    a = np.sort(rng.random(n))\n"
+        "    for q in (0, 10, 50, 95, 100):\n"
+        "        assert abs(_percentile(a, q) - np.percentile(a, q)) < 1e-12, (n, q)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "True", "False"]

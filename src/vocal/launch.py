@@ -27,19 +27,23 @@ ENV_SWITCH = "VOCAL_EARLY_START"
 _COMPLETE_VAR = "_VOCAL_COMPLETE"
 
 
-def needs_device(argv: list[str]) -> bool:
-    """Whether the command line `argv` (without the program name) will open a sound device."""
-    if not argv or argv[0] not in DEVICE_COMMANDS or _COMPLETE_VAR in os.environ:
+def _runs(argv: list[str], commands: frozenset[str], unless: frozenset[str]) -> bool:
+    """Whether `argv` runs one of `commands` for real: not for a TAB completion, not for its
+    help, and with none of the options `unless` (`--name` or `--name=VALUE`)."""
+    if not argv or argv[0] not in commands or _COMPLETE_VAR in os.environ:
         return False
     options = {arg.partition("=")[0] for arg in argv[1:] if arg.startswith("-")}
-    return not options & (FILE_OPTIONS | {"--help", "-h"})
+    return not options & (unless | {"--help", "-h"})
+
+
+def needs_device(argv: list[str]) -> bool:
+    """Whether the command line `argv` (without the program name) will open a sound device."""
+    return _runs(argv, DEVICE_COMMANDS, FILE_OPTIONS)
 
 
 def will_speak(argv: list[str]) -> bool:
     """Whether the command line `argv` (without the program name) will synthesize speech."""
-    if not argv or argv[0] not in SPEECH_COMMANDS or _COMPLETE_VAR in os.environ:
-        return False
-    return not {"--help", "-h"} & set(argv[1:])
+    return _runs(argv, SPEECH_COMMANDS, frozenset())
 
 
 def option_value(argv: list[str], name: str) -> str | None:

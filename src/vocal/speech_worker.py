@@ -21,8 +21,10 @@ with its exit code), and one that dies mid-reply hands over from that sentence o
 
 Protocol (pipes, one request at a time): the parent sends JSON lines ({"op": "synthesize",
 "text", "speed"} or {"op": "close"}); the worker answers with a JSON line, followed for samples
-by `frames` float32 values. Its first two lines need no request: its guess
-({"engine", "voice"}, or {"engine": null} when it stays idle) and whether the engine loaded.
+by `frames` float32 values (the line also says when it began and finished them, on the monotonic
+clock both processes share: the first sentence's times go into the turn's timeline). Its first
+two lines need no request: its guess ({"engine", "voice"}, or {"engine": null} when it stays
+idle) and whether the engine loaded.
 """
 
 from __future__ import annotations
@@ -245,6 +247,7 @@ def _serve(requests: BinaryIO, replies: BinaryIO, engine_name: str | None,
         if request.get("op") == "close":
             engine.close()
             return
+        started_at_s = time.monotonic()
         try:
             samples = _as_float32(engine.synthesize(request["text"], speed=request["speed"]))
         except VocalError as exc:
@@ -254,7 +257,8 @@ def _serve(requests: BinaryIO, replies: BinaryIO, engine_name: str | None,
             message = f"{engine.name} failed: {type(exc).__name__}: {exc}"
             reply({"message": message, "exit_code": EngineError.exit_code})
             continue
-        reply({"frames": int(samples.shape[0])}, samples.tobytes())
+        reply({"frames": int(samples.shape[0]), "started_at_s": started_at_s,
+               "at_s": time.monotonic()}, samples.tobytes())  # fmt: skip
         if not stepped_back:
             stepped_back = _step_back()
 

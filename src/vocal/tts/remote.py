@@ -29,16 +29,13 @@ class RemoteEngine(TtsEngine):
         self.voice = voice
         self._class = engine_class(name)
         self.sample_rate = self._class.sample_rate
+        self.multilingual = self._class.multilingual  # type: ignore[misc]
         self._loaded = False
         self._local: TtsEngine | None = None
         #: time.monotonic() when the engine was ready (in the worker, or here).
         self.ready_at_s: float | None = None
         #: Sentences the worker synthesized (the rest, if it failed, were synthesized here).
         self.remote_sentences = 0
-
-    @property
-    def english_only(self) -> bool:
-        return not self._class.multilingual
 
     def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:
         import numpy as np
@@ -53,6 +50,12 @@ class RemoteEngine(TtsEngine):
                     reply = worker.read_message()
                     if reply is not None and "frames" in reply:
                         data = worker.read_samples(int(reply["frames"]))
+                        if not self.remote_sentences:
+                            from vocal.timeline import mark
+
+                            # The worker's clock is this one (CLOCK_MONOTONIC, one machine).
+                            mark("worker_synth_started", reply.get("started_at_s"))
+                            mark("worker_synthesized", reply.get("at_s"))
                         self.remote_sentences += 1
                         return np.frombuffer(data, np.float32).copy()
                     if reply is not None and reply.get("exit_code"):
