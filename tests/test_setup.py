@@ -71,7 +71,7 @@ def test_write_config_keeps_other_keys_and_comments(tmp_path: Path) -> None:
     path.write_text('# mine\nsilence_ms = 500  # quick\nstt_model = "small.en"\n\n[extra]\nx = 1\n')
     write_config(path, {"stt_model": "base.en", "voice": 'a "quoted" voice'})
     text = path.read_text()
-    assert text.startswith("# mine\nsilence_ms = 500  # quick\nstt_model = \"base.en\"\n")
+    assert text.startswith('# mine\nsilence_ms = 500  # quick\nstt_model = "base.en"\n')
     assert 'voice = "a \\"quoted\\" voice"' in text and text.endswith("[extra]\nx = 1\n")
     assert list(tmp_path.iterdir()) == [path], "no temporary file left behind"
 
@@ -145,4 +145,3 @@ def test_a_proof_nobody_answers_is_exit_4_and_writes_nothing(vocal_home: Path) -
     assert "nothing was written" in result.stderr.decode().splitlines()[-1]
     assert (config.stat().st_mtime_ns, config.read_bytes()) == before
     assert sorted(p.name for p in vocal_home.iterdir() if p.name.startswith(".config")) == []
-

@@ -172,7 +172,9 @@ def parse_wav(data: bytes, *, name: str = "<bytes>") -> Audio:
         elif chunk_id == b"data":
             if fmt is None:
                 raise AudioFormatError(f"{name}: corrupt WAV header (data before fmt)")
-            end = len(data) if size in _PLACEHOLDER_SIZES or body + size > len(data) else body + size
+            end = (
+                len(data) if size in _PLACEHOLDER_SIZES or body + size > len(data) else body + size
+            )
             return _decode(data[body:end], fmt, name)
         elif body + size > len(data):
             raise AudioFormatError(
@@ -236,7 +238,11 @@ def _decode(payload: bytes, fmt: tuple[int, int, int, int], name: str) -> Audio:
 def wav_bytes(audio: Audio, *, float32: bool = False) -> bytes:
     """Encode `audio` as a WAV file: 16-bit PCM by default, or 32-bit float."""
     if float32:
-        payload, format_tag, bits = audio.samples.astype("<f4").tobytes(), _WAVE_FORMAT_IEEE_FLOAT, 32
+        payload, format_tag, bits = (
+            audio.samples.astype("<f4").tobytes(),
+            _WAVE_FORMAT_IEEE_FLOAT,
+            32,
+        )
     else:
         payload, format_tag, bits = to_int16(audio.samples).tobytes(), _WAVE_FORMAT_PCM, 16
     block_align = audio.channels * bits // 8
