@@ -513,7 +513,7 @@ def play_turn(
         detector = BargeInDetector(
             speech_probability, stop, options, activity=canceller.activity,
             glitches=lambda: canceller.glitches + player.underflows + mic.overflows,
-            attenuation=canceller.attenuation_db,
+            attenuation=canceller.attenuation_db, echo_levels=canceller.echo_levels_db,
         )  # fmt: skip
     cleaned: list[np.ndarray] = []
     # Play only once capture runs: a new input stream's first block can take half a second

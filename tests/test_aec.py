@@ -313,3 +313,40 @@ def test_attenuation_tells_a_person_from_echo() -> None:
     double_talk = [attenuation[j] for j in range(first, min(last, len(attenuation)))]
     assert np.median(echo_only) >= 30.0, echo_only
     assert np.median(double_talk) <= 15.0, double_talk
+
+
+def test_echo_levels_pair_a_captured_block_with_what_can_echo_in_it(monkeypatch) -> None:
+    """`echo_levels_db`: the raw level of the block a Microphone stamped, and the loudest
+    block played in `ECHO_WINDOW_S` before it (what can be echoing in it), or None when
+    nothing was played there (the far end quiet)."""
+
+    class Clock:  # the canceller's time.monotonic, stepped by the test
+        now_s = 100.0
+
+        @classmethod
+        def monotonic(cls) -> float:
+            return cls.now_s
+
+    monkeypatch.setattr(aec_module, "time", Clock)
+    aec = EchoCanceller(apm=plain_apm(), raw_when_quiet_s=None)
+    assert aec.echo_levels_db(100.0) is None  # no block captured yet
+    # 480-frame blocks: whole 10 ms frames, so each block's level is its own samples'.
+    aec.capture(np.full(480, 0.05, np.float32))  # -26 dB, nothing played
+    raw_db, render_db = aec.echo_levels_db(100.0)
+    assert raw_db == pytest.approx(-26.0, abs=0.1) and render_db is None
+    aec.render(np.full(256, 0.1, np.float32))  # -20 dB at 100.0 s
+    Clock.now_s = 100.01
+    aec.render(np.full(256, 0.01, np.float32))  # -40 dB
+    Clock.now_s = 100.15  # its echo arrives ~0.12-0.16 s later
+    aec.capture(np.full(480, 0.02, np.float32))  # -34 dB
+    Clock.now_s = 100.16
+    aec.render(np.full(256, 0.5, np.float32))  # just played: cannot echo in that block yet
+    raw_db, render_db = aec.echo_levels_db(100.15)
+    assert raw_db == pytest.approx(-34.0, abs=0.1)
+    assert render_db == pytest.approx(-20.0, abs=0.1)  # the loudest in the window
+    lo, hi = aec_module.ECHO_WINDOW_S
+    # Played more than the window ago: no echo predicted (the block's raw level still known).
+    raw_db, render_db = aec.echo_levels_db(100.16 + hi + 0.01)
+    assert raw_db == pytest.approx(-34.0, abs=0.1) and render_db is None
+    # An unknown block: before every one kept.
+    assert aec.echo_levels_db(99.0) is None

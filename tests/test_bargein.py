@@ -206,6 +206,77 @@ def test_fewer_chunks_fire_while_the_canceller_is_known_to_cancel_well() -> None
     assert feed_all(detector, "..ssss", clock) == 4
 
 
+def levels_by_chunk(levels: list) -> object:
+    """A fake `EchoCanceller.echo_levels_db` for chunks fed from 0 s by `feed_all`: chunk i
+    (captured up to (i + 1) * CHUNK_S) gets levels[i], a (raw dB, played dB or None) pair."""
+    return lambda at_s: levels[round(at_s / CHUNK_S) - 1]
+
+
+def double_talk_run(pattern: str, levels: list, **options):
+    clock = Clock()
+    opts = BargeInOptions(consecutive_chunks=3, fast_chunks=None, **options)
+    detector = BargeInDetector(loud, lambda: None, opts, clock=clock,
+                               echo_levels=levels_by_chunk(levels))  # fmt: skip
+    return feed_all(detector, pattern, clock), detector
+
+
+#: The echo path while only echo is captured: the raw microphone 8 dB under the played level.
+ECHO = (-28.0, -20.0)
+
+
+def test_a_speech_run_of_echo_alone_does_not_fire_the_double_talk_test() -> None:
+    """Residual echo Silero takes for speech (AEC3 lost the echo path) is still only echo at
+    the raw microphone: no louder than the played level predicts. A person adds to it."""
+    # 20 echo-only chunks teach the echo path's gain (-8 dB), then 6 speech-like chunks whose
+    # raw level is what the echo predicts (or less: a dip of the reply): never fires.
+    levels = [ECHO] * 20 + [(-28.0, -20.0), (-45.0, -20.0), (-50.0, -20.0)] * 2 + [ECHO] * 4
+    fired, detector = double_talk_run("." * 20 + "ssssss" + "....", levels)
+    assert fired is None
+    assert detector.double_talk_vetoes == 1  # the run, once
+    assert [row[4] for row in detector.trace[20:23]] == pytest.approx([0.0, -17.0, -22.0])
+    # The same run with the person in it: their chunks come 6-9 dB over the echo: fires at
+    # the usual third chunk.
+    levels = [ECHO] * 20 + [(-22.0, -20.0), (-19.0, -20.0), (-21.0, -20.0)] + [ECHO] * 3
+    fired, detector = double_talk_run("." * 20 + "ssssss", levels)
+    assert fired == 22 and detector.double_talk_vetoes == 0
+    # Without the test (double_talk_db=None), the echo-only run fires.
+    levels = [ECHO] * 20 + [(-28.0, -20.0)] * 6
+    assert double_talk_run("." * 20 + "ssssss", levels)[0] is None
+    assert double_talk_run("." * 20 + "ssssss", levels, double_talk_db=None)[0] == 22
+
+
+def test_a_held_back_run_fires_when_the_person_rises_above_the_echo() -> None:
+    """A run the test held back at its third chunk keeps counting; the first chunk that rises
+    above the echo fires it, and the barge-in starts at the run's first chunk (the onset)."""
+    levels = [ECHO] * 20 + [ECHO, ECHO, ECHO, ECHO, (-18.0, -20.0), ECHO]
+    fired, detector = double_talk_run("." * 20 + "ssssss", levels)
+    assert fired == 24 and detector.double_talk_vetoes == 1
+    assert len(detector.fired.probabilities) == 5
+    assert detector.fired.speech_start_s == pytest.approx(20 * CHUNK_S)
+
+
+def test_the_double_talk_test_follows_the_echo_paths_gain() -> None:
+    """The gain is learnt, not fixed: a quieter echo path (-30 dB) makes a person 6 dB over
+    it stand out, and a louder one (+0 dB) hides a chunk a quieter path would have passed."""
+    quiet_path = [(-50.0, -20.0)] * 20 + [(-44.0, -20.0)] * 3
+    assert double_talk_run("." * 20 + "sss", quiet_path)[0] == 22
+    loud_path = [(-20.0, -20.0)] * 20 + [(-19.0, -20.0)] * 3
+    assert double_talk_run("." * 20 + "sss", loud_path)[0] is None
+
+
+def test_no_run_is_held_back_when_the_echo_cannot_be_predicted() -> None:
+    # Nothing played that can echo in these chunks (the far end quiet): no echo to mistake.
+    levels = [ECHO] * 20 + [(-30.0, None)] * 3
+    assert double_talk_run("." * 20 + "sss", levels)[0] == 22
+    levels = [ECHO] * 20 + [(-30.0, -90.0)] * 3  # below double_talk_min_render_db
+    assert double_talk_run("." * 20 + "sss", levels)[0] == 22
+    # The gain not learnt yet (fewer than double_talk_min_chunks echo chunks seen).
+    levels = [ECHO] * 5 + [ECHO] * 3
+    assert double_talk_run(".....sss", levels)[0] == 7
+    # The block's levels unknown.
+    assert double_talk_run("." * 20 + "sss", [ECHO] * 20 + [None] * 3)[0] == 22
+
+
 def test_options_are_checked() -> None:
     with pytest.raises(ValueError):
         BargeInOptions(onset_threshold=0.6)
@@ -219,6 +290,10 @@ def test_options_are_checked() -> None:
         BargeInOptions(consecutive_chunks=3, fast_chunks=4)
     with pytest.raises(ValueError):
         BargeInOptions(fast_chunks=0)
+    with pytest.raises(ValueError):
+        BargeInOptions(double_talk_percentile=101.0)
+    with pytest.raises(ValueError):
+        BargeInOptions(double_talk_history=0)
 
 
 # -- Silero VAD on the room harness ------------------------------------------------------------
@@ -285,10 +360,18 @@ def test_talking_over_the_reply_stops_it_and_keeps_the_words(room, vad, tmp_path
 
     turn = without_room_stall(room, interrupted, clean=undisturbed)
     barge_in = turn.barge_in
-    assert barge_in is not None, "no barge-in"
     person_starts_s = starts[id(turn)]
+    # What the detector saw from the person's start: (s after it, probability, inhibited,
+    # attenuation dB, raw level above the predicted echo dB) per chunk, and the runs the
+    # double-talk test held back.
+    seen = f"held back {turn.detector.double_talk_vetoes} times: " + " ".join(
+        f"{t - person_starts_s:.3f}/{p:.2f}/{i:d}/{a}/{x}"
+        for t, p, i, a, x in turn.detector.trace
+        if -0.1 < t - person_starts_s < 1.5
+    )
+    assert barge_in is not None, f"no barge-in; {seen}"
     # The issue's target is 300 ms (benchmarks/aec measures it); generous here.
-    assert 0.0 < turn.stopped_at_s - person_starts_s < 0.8
+    assert 0.0 < turn.stopped_at_s - person_starts_s < 0.8, seen
     assert turn.played_s < 4.5  # the reply did not play on
     # The deciding run began after the person's first sound, and the pre-roll reaches back
     # before it: the first word's onset is in what the endpointer gets.

@@ -72,6 +72,14 @@ RENDER_LOUD_PEAK = 10 ** (-50 / 20)
 RAW_WHEN_QUIET_S = 0.4
 #: Captured blocks whose levels `EchoCanceller.attenuation_db` keeps (32 ms each: ~2 s).
 LEVELS_KEPT = 64
+#: Played blocks whose levels `EchoCanceller.echo_levels_db` keeps (~10-20 ms each: >= 1.2 s).
+RENDER_LEVELS_KEPT = 128
+#: Where the echo of a played block can be in the capture, relative to the capture stamp: from
+#: the output callback to the microphone callback it took 0.12-0.16 s on the room harness
+#: (PulseAudio's output latency + the room's 50 ms + its tail; benchmarks/converse traces);
+#: `echo_levels_db` takes the loudest played block in this window, so a wider one only makes
+#: the echo predicted louder (a person must stand out more), never missed.
+ECHO_WINDOW_S = (0.04, 0.4)
 #: A block quieter than this (energy summed over its frames; ~-90 dBFS over 32 ms) has nothing
 #: to attenuate.
 _SILENT_ENERGY = 1e-9 * 512
@@ -257,6 +265,7 @@ class EchoCanceller:
         glitch_slack_s: float = CALLBACK_GLITCH_S,
         raw_when_quiet_s: float | None = RAW_WHEN_QUIET_S,
         apm: Any = None,
+        log_levels: bool = False,
     ) -> None:
         if _frame_frames(capture_sample_rate) is None:
             raise ValueError(f"capture rate {capture_sample_rate} Hz has no whole 10 ms frame")
@@ -308,9 +317,19 @@ class EchoCanceller:
         # the raw and the cleaned frames processed in one callback, with the callback's end.
         self._raw_energy = 0.0
         self._cleaned_energy = 0.0
-        self._levels: collections.deque[tuple[float, float, float]] = collections.deque(
+        self._energy_frames = 0  # samples behind those energies (whole 10 ms frames)
+        self._levels: collections.deque[tuple[float, float, float, int]] = collections.deque(
             maxlen=LEVELS_KEPT
         )
+        #: (output callback time, mean square) of the last played blocks (`echo_levels_db`).
+        self._render_levels: collections.deque[tuple[float, float]] = collections.deque(
+            maxlen=RENDER_LEVELS_KEPT
+        )
+        #: Diagnostics (`log_levels`): (time, raw energy, cleaned energy, frames) of every
+        #: captured block and (time, energy, frames) of every played block, to evaluate
+        #: double-talk rules offline (benchmarks/converse --traces).
+        self.capture_log: list[tuple[float, float, float, int]] | None = [] if log_levels else None
+        self.render_log: list[tuple[float, float, int]] | None = [] if log_levels else None
 
     # -- the output callback ------------------------------------------------------------------
     def render(self, block: np.ndarray) -> None:
@@ -323,6 +342,11 @@ class EchoCanceller:
             ):
                 self.render_glitches += 1
             self.activity.update(block, now)
+            if block.shape[0]:
+                energy = float(np.dot(block, block))
+                self._render_levels.append((now, energy / block.shape[0]))
+                if self.render_log is not None:
+                    self.render_log.append((now, energy, block.shape[0]))
             if self._resampler is not None:
                 block = self._resampler.resample_chunk(block)
             elif self._repeat > 1:
@@ -372,12 +396,17 @@ class EchoCanceller:
             self._ring_count = self.capture_delay_frames  # start with that much silence
         try:
             self._raw_energy = self._cleaned_energy = 0.0
+            self._energy_frames = 0
             self._feed_capture(block)
         except Exception as exc:
             self._count_error(exc)
             return block
         self._pop(block)
-        self._levels.append((time.monotonic(), self._raw_energy, self._cleaned_energy))
+        made = time.monotonic()
+        levels = (made, self._raw_energy, self._cleaned_energy, self._energy_frames)
+        self._levels.append(levels)
+        if self.capture_log is not None:
+            self.capture_log.append(levels)
         return block
 
     def attenuation_db(self, captured_at_s: float) -> float | None:
@@ -390,12 +419,40 @@ class EchoCanceller:
         barge-in detector uses it to tell a person from echo Silero mistakes for speech.
         Microphone stamps a block just after its callback (this hook) returns: the block's
         record is the last one made at or before `captured_at_s`."""
-        for made_s, raw, cleaned in reversed(self._levels.copy()):
+        for made_s, raw, cleaned, _ in reversed(self._levels.copy()):
             if made_s <= captured_at_s:
                 if raw <= _SILENT_ENERGY:
                     return None
                 return 10 * math.log10(raw / max(cleaned, _ENERGY_FLOOR * _SILENT_FLOOR_FRAMES))
         return None
+
+    def echo_levels_db(self, captured_at_s: float) -> tuple[float, float | None] | None:
+        """(raw level of the block a Microphone stamped `captured_at_s`, loudest played level
+        whose echo can be in it) in dB of mean square; the played level is None when nothing
+        was played in `ECHO_WINDOW_S` before it (the far end quiet). None if the block is unknown.
+
+        Their difference is the echo path's gain while only echo is captured; a person in the
+        room adds to the raw level what the played level does not predict. The barge-in
+        detector tracks that gain and wants a speech run to rise above it
+        (`BargeInOptions.double_talk_db`): residual echo that AEC3 let through after losing the
+        echo path is still only echo at the raw microphone."""
+        raw_db = None
+        for made_s, raw, _, frames in reversed(self._levels.copy()):
+            if made_s <= captured_at_s:
+                mean_square = raw / frames if frames else 0.0
+                raw_db = 10 * math.log10(max(mean_square, _ENERGY_FLOOR * 1e-2))
+                break
+        if raw_db is None:
+            return None
+        lo, hi = captured_at_s - ECHO_WINDOW_S[1], captured_at_s - ECHO_WINDOW_S[0]
+        loudest = None
+        for at_s, level in reversed(self._render_levels.copy()):
+            if at_s <= lo:
+                break
+            if at_s <= hi and (loudest is None or level > loudest):
+                loudest = level
+        render_db = None if loudest is None else 10 * math.log10(max(loudest, _ENERGY_FLOOR * 1e-2))
+        return raw_db, render_db
 
     def _feed_capture(self, block: np.ndarray) -> None:
         frame, pending = self._capture, self._capture_pending
@@ -411,6 +468,7 @@ class EchoCanceller:
                     self.apm.set_stream_delay_ms(self.stream_delay_ms)
                 self.apm.process_stream(frame.audio_frame)
                 self._raw_energy += float(np.dot(pending, pending))
+                self._energy_frames += size
                 frame.unload(self._cleaned)
                 self._cleaned_energy += float(np.dot(self._cleaned, self._cleaned))
                 if self._echo_gone():

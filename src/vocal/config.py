@@ -107,6 +107,11 @@ class Settings:
     # barge_in_fast_chunks: chunks enough while the canceller is known to cancel well
     # (vocal.bargein.BargeInOptions.fast_chunks); empty: always barge_in_chunks.
     barge_in_fast_chunks: int | None = 2
+    # barge_in_double_talk_db: a barge-in's run fires only once one of its chunks is this many
+    # dB louder at the raw microphone than the echo the played level predicts: residual echo
+    # adds nothing there, a person does (vocal.bargein.BargeInOptions.double_talk_db); empty:
+    # off (a person much quieter than the reply's echo is then heard too, and so may be echo).
+    barge_in_double_talk_db: float | None = 2.0
 
     # -- the state directory's layout --------------------------------------------------------
     @property

@@ -115,13 +115,18 @@ class ConverseResult:
     listen: ListenResult | None = None
     speech: SpeechResult | None = None
     sentences: list[dict] = field(default_factory=list)
-    #: The barge-in detector's (capture end time, probability, inhibited, attenuation in dB)
-    #: per chunk, with the `barge_in_trace` setting (diagnostics); None otherwise.
-    trace: list[tuple[float, float, bool, float | None]] | None = None
+    #: The barge-in detector's (capture end time, probability, inhibited, attenuation in dB,
+    #: raw level above the predicted echo in dB: 99 while nothing plays) per chunk, with the
+    #: `barge_in_trace` setting (diagnostics); None otherwise.
+    trace: list[tuple[float, float, bool, float | None, float | None]] | None = None
+    #: The canceller's per-block levels (`EchoCanceller(log_levels=True)`), with the trace.
+    levels: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What `vocal converse --json` prints."""
         extra = {} if self.trace is None else {"barge_in_trace": self.trace}
+        if self.levels is not None:
+            extra["barge_in_levels"] = self.levels
         return {
             "text": self.text,
             "speech_heard": self.speech_heard,
@@ -371,7 +376,9 @@ class _Run:
         if self.use_aec:
             from vocal.aec import EchoCanceller
 
-            self.canceller = EchoCanceller(render_sample_rate=self.rate)
+            self.canceller = EchoCanceller(
+                render_sample_rate=self.rate, log_levels=self.settings.barge_in_trace
+            )
             on_block = self.canceller.capture
         self.mic = Microphone(
             16_000, device=self.options.input_device or self.settings.input_device,
@@ -429,6 +436,7 @@ class _Run:
                     consecutive_chunks=settings.barge_in_chunks,
                     onset_threshold=settings.barge_in_onset_threshold,
                     fast_chunks=settings.barge_in_fast_chunks,
+                    double_talk_db=settings.barge_in_double_talk_db,
                 )
             except ValueError as exc:  # a bad value from VOCAL_* or config.toml
                 raise UsageError(f"bad barge-in setting: {exc}") from None
@@ -439,6 +447,7 @@ class _Run:
                 glitches=lambda: (canceller.glitches if canceller is not None else 0)
                 + player.underflows + self.mic.overflows,
                 attenuation=canceller.attenuation_db if canceller is not None else None,
+                echo_levels=canceller.echo_levels_db if canceller is not None else None,
             )  # fmt: skip
         # The cleaned blocks of the last few seconds: a barge-in decided late (an inhibit window
         # held it back) still hands the endpointer the person's first word.
@@ -631,6 +640,8 @@ class _Run:
             "glitch_inhibits": len(detector.glitch_at_s) if detector is not None else 0,
             # Speech runs judged with the echo well cancelled (BargeInOptions.fast_chunks).
             "fast_runs": detector.fast_runs if detector is not None else 0,
+            # Speech runs the double-talk test held back (BargeInOptions.double_talk_db).
+            "double_talk_vetoes": detector.double_talk_vetoes if detector is not None else 0,
         }  # fmt: skip
         text = listened.text if listened is not None else ""
         result = ConverseResult(
@@ -653,8 +664,13 @@ class _Run:
             sentences=sentences,
         )
         if self.settings.barge_in_trace and detector is not None:
-            result.trace = [(round(t, 4), round(p, 3), i, None if a is None else round(a, 1))
-                            for t, p, i, a in detector.trace]  # fmt: skip
+            result.trace = [(round(t, 4), round(p, 3), i, None if a is None else round(a, 1),
+                             None if x is None else round(min(x, 99.0), 1))
+                            for t, p, i, a, x in detector.trace]  # fmt: skip
+            if self.canceller is not None and self.canceller.capture_log is not None:
+                result.levels = {"capture": self.canceller.capture_log,
+                                 "render": self.canceller.render_log,
+                                 "render_rate": self.canceller.render_sample_rate}  # fmt: skip
         return result
 
 
