@@ -277,23 +277,22 @@ def test_no_run_is_held_back_when_the_echo_cannot_be_predicted() -> None:
     assert double_talk_run("." * 20 + "sss", [ECHO] * 20 + [None] * 3)[0] == 22
 
 
-def test_options_are_checked() -> None:
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"onset_threshold": 0.6},
+        {"threshold": 1.5},
+        {"consecutive_chunks": 0},
+        {"tail_inhibit_ms": -1},
+        {"consecutive_chunks": 3, "fast_chunks": 4},
+        {"fast_chunks": 0},
+        {"double_talk_percentile": 101.0},
+        {"double_talk_history": 0},
+    ],
+)
+def test_options_are_checked(bad: dict) -> None:
     with pytest.raises(ValueError):
-        BargeInOptions(onset_threshold=0.6)
-    with pytest.raises(ValueError):
-        BargeInOptions(threshold=1.5)
-    with pytest.raises(ValueError):
-        BargeInOptions(consecutive_chunks=0)
-    with pytest.raises(ValueError):
-        BargeInOptions(tail_inhibit_ms=-1)
-    with pytest.raises(ValueError):
-        BargeInOptions(consecutive_chunks=3, fast_chunks=4)
-    with pytest.raises(ValueError):
-        BargeInOptions(fast_chunks=0)
-    with pytest.raises(ValueError):
-        BargeInOptions(double_talk_percentile=101.0)
-    with pytest.raises(ValueError):
-        BargeInOptions(double_talk_history=0)
+        BargeInOptions(**bad)
 
 
 # -- Silero VAD on the room harness ------------------------------------------------------------

@@ -139,6 +139,11 @@ def _reset_shared_apm() -> None:
         _apm, _apm_options = None, None
 
 
+def _mean_square_db(mean_square: float) -> float:
+    """A mean square in dB, floored (exact zeros from a silent stream stay finite)."""
+    return 10 * math.log10(max(mean_square, _ENERGY_FLOOR * 1e-2))
+
+
 def _frame_frames(sample_rate: int) -> int | None:
     """Samples in 10 ms at `sample_rate`, or None when that is not a whole number."""
     return sample_rate // 100 if sample_rate % 100 == 0 else None
@@ -419,12 +424,11 @@ class EchoCanceller:
         barge-in detector uses it to tell a person from echo Silero mistakes for speech.
         Microphone stamps a block just after its callback (this hook) returns: the block's
         record is the last one made at or before `captured_at_s`."""
-        for made_s, raw, cleaned, _ in reversed(self._levels.copy()):
-            if made_s <= captured_at_s:
-                if raw <= _SILENT_ENERGY:
-                    return None
-                return 10 * math.log10(raw / max(cleaned, _ENERGY_FLOOR * _SILENT_FLOOR_FRAMES))
-        return None
+        block = self._captured_block(captured_at_s)
+        if block is None or block[1] <= _SILENT_ENERGY:
+            return None
+        _, raw, cleaned, _ = block
+        return 10 * math.log10(raw / max(cleaned, _ENERGY_FLOOR * _SILENT_FLOOR_FRAMES))
 
     def echo_levels_db(self, captured_at_s: float) -> tuple[float, float | None] | None:
         """(raw level of the block a Microphone stamped `captured_at_s`, loudest played level
@@ -436,14 +440,10 @@ class EchoCanceller:
         detector tracks that gain and wants a speech run to rise above it
         (`BargeInOptions.double_talk_db`): residual echo that AEC3 let through after losing the
         echo path is still only echo at the raw microphone."""
-        raw_db = None
-        for made_s, raw, _, frames in reversed(self._levels.copy()):
-            if made_s <= captured_at_s:
-                mean_square = raw / frames if frames else 0.0
-                raw_db = 10 * math.log10(max(mean_square, _ENERGY_FLOOR * 1e-2))
-                break
-        if raw_db is None:
+        block = self._captured_block(captured_at_s)
+        if block is None:
             return None
+        _, raw, _, frames = block
         lo, hi = captured_at_s - ECHO_WINDOW_S[1], captured_at_s - ECHO_WINDOW_S[0]
         loudest = None
         for at_s, level in reversed(self._render_levels.copy()):
@@ -451,8 +451,16 @@ class EchoCanceller:
                 break
             if at_s <= hi and (loudest is None or level > loudest):
                 loudest = level
-        render_db = None if loudest is None else 10 * math.log10(max(loudest, _ENERGY_FLOOR * 1e-2))
-        return raw_db, render_db
+        render_db = None if loudest is None else _mean_square_db(loudest)
+        return _mean_square_db(raw / frames if frames else 0.0), render_db
+
+    def _captured_block(self, captured_at_s: float) -> tuple[float, float, float, int] | None:
+        """The levels record (made at, raw energy, cleaned energy, frames) of the block a
+        Microphone stamped `captured_at_s`: the last one made at or before it (None: unknown)."""
+        for block in reversed(self._levels.copy()):
+            if block[0] <= captured_at_s:
+                return block
+        return None
 
     def _feed_capture(self, block: np.ndarray) -> None:
         frame, pending = self._capture, self._capture_pending
