@@ -294,3 +294,42 @@ def test_bad_input_exits_2_before_touching_audio() -> None:
     assert bad.returncode == 2 and b"--aec must be one of" in bad.stderr
     assert run_vocal("converse", "-", input=b"\x00\x01").returncode == 2
     assert floor().status().holder is None
+
+
+# -- the end of the answer (issue 16) -------------------------------------------------------------
+def corpus_turn(kind: str, pause_s: float | None = None):
+    """One real recording from the corpus's held-out split (tests/corpus.py)."""
+    from corpus import ensure_corpus, load_turns
+
+    ensure_corpus()
+    turns = [t for t in load_turns(kind=kind, split="heldout")
+             if pause_s is None or t.pause_s == pause_s]  # fmt: skip
+    assert turns, f"no held-out {kind} turn in the corpus"
+    return max(turns, key=lambda t: len(t.text.split()))
+
+
+def test_a_person_pausing_mid_sentence_is_waited_for(room) -> None:
+    """A real person's answer with a 1.2 s pause spliced mid-sentence, after the reply: the
+    turn model holds the turn open through the pause (the 700 ms window would have cut it) and
+    the transcript has the words after it."""
+    from corpus import word_error_rate
+
+    turn = corpus_turn("paused", 1.2)
+    room.say(turn.path, delay_s=4.0, after="far")
+    code, result, err = converse(REPLY, "--no-speech-timeout", "4", timeout_s=90)
+    assert code == 0, err
+    pauses = result["turn"]["pauses"]
+    assert any(p["verdict"] == "unfinished" and p["resumed"] for p in pauses), pauses
+    assert result["end_reason"] != "silence" or len(pauses) > 1
+    assert word_error_rate(turn.text, result["text"]) <= 0.35, (turn.text, result["text"])
+    assert not words_in(result["text"], REPLY_WORDS), result["text"]
+
+
+def test_a_finished_answer_is_returned_sooner_than_the_window(room) -> None:
+    """A whole sentence: the turn model ends the answer before the 700 ms window would."""
+    turn = corpus_turn("complete")
+    room.say(turn.path, delay_s=4.0, after="far")
+    code, result, err = converse(REPLY, "--no-speech-timeout", "4", timeout_s=90)
+    assert code == 0, err
+    assert result["end_reason"] == "turn_complete", result["turn"]
+    assert result["timings"]["endpoint_s"] < 0.6, result["timings"]

@@ -50,8 +50,9 @@ def play(audio: Audio) -> float:
 
 
 def test_listen_ends_on_its_own_after_the_speech() -> None:
+    """The silence window, live (the turn model on real speech: test_turns_corpus.py)."""
     speech = trimmed(SENTENCE)
-    proc = start_vocal("listen", "--vad", "--json")
+    proc = start_vocal("listen", "--vad", "--json", "--no-turn-model")
     time.sleep(1.5)  # the microphone is open well within this (benchmarks/listen measures it)
     speech_end = play(join(speech, silence(0.1)))
     out, err = proc.communicate(timeout=60)

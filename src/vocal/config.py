@@ -37,7 +37,17 @@ class Settings:
     stt_engine: str = "auto"
     stt_model: str = "tiny.en"
     language: str = "en"
+    # Beam width of faster-whisper's decoding (mlx-whisper decodes greedily): chosen on the
+    # real-speech corpus, benchmarks/decode (issue 16).
+    stt_beam_size: int = 5
+    # End of turn (issue 16, vocal.endofturn): after turn_check_ms of silence the turn model
+    # (Smart Turn v3 and the early transcript's last words) judges the pause: complete ends the
+    # turn at once, unfinished waits up to max_pause_ms of silence, undecided (or turn_model
+    # off) ends after silence_ms.
     silence_ms: int = 700
+    turn_model: bool = True
+    turn_check_ms: int = 160
+    max_pause_ms: int = 2500
     max_seconds: float = 60.0
     no_speech_timeout_s: float = field(default=15.0, metadata=_env("VOCAL_NO_SPEECH_TIMEOUT"))
     # Speaking.

@@ -140,6 +140,8 @@ class ConverseResult:
             "aec": self.aec,
             "aec_detection": self.aec_detection,
             "end_reason": self.listen.end_reason if self.listen else None,
+            # The end-of-turn stage's verdict on each pause of the answer (vocal.endofturn).
+            "turn": self.listen.turn if self.listen else None,
             "timings": {k: _round(v) for k, v in self.timings.items()},
             "clock": self.clock,
             "counters": self.counters,
@@ -272,6 +274,7 @@ class _Run:
         self.skip_requested = threading.Event()
         self.phase = "starting"
         self.loader: Any = None
+        self.turn_loader: Any = None  # vocal.endofturn.TurnModelLoader
         self.speech: Any = None
         self.player: Any = None
         self.mic: Any = None
@@ -318,6 +321,7 @@ class _Run:
             lambda: self.speech.join(3.0) if self.speech is not None else None,
             # Never exit while CTranslate2 loads in native code: it aborts the process.
             lambda: self.loader.wait(10.0) if self.loader is not None else None,
+            lambda: self.turn_loader.wait(10.0) if self.turn_loader is not None else None,
         ):
             with contextlib.suppress(Exception):
                 closer()
@@ -325,24 +329,24 @@ class _Run:
     def _run_turn(self, turn: Any) -> ConverseResult:
         import numpy  # noqa: F401  (before any stream opens: python-sounddevice #487)
 
-        from vocal.listening import ListenOptions, SttLoader
-        from vocal.vad import EndpointOptions, SileroVad
+        from vocal.listening import listen_options, stt_loader
+        from vocal.vad import SileroVad
 
         settings, options = self.settings, self.options
         if turn.stopped.is_set():  # `vocal control stop` while waiting for the floor
             return self._result(None, stopped=True)
         # The STT engine loads from now on, while the reply plays.
-        self.loader = SttLoader(settings.stt_engine, settings.stt_model,
-                                language=settings.language,
-                                warm_up=settings.stt_warm_up)  # fmt: skip
-        try:
-            endpoint = EndpointOptions(
-                min_silence_ms=options.silence_ms or settings.silence_ms,
-                max_duration_s=options.max_seconds or settings.max_seconds,
-                no_speech_timeout_s=options.no_speech_timeout_s or settings.no_speech_timeout_s,
-            )
-        except ValueError as exc:
-            raise UsageError(f"bad listening setting: {exc}") from None
+        self.loader = stt_loader(settings)
+        listening = listen_options(
+            settings,
+            silence_ms=options.silence_ms,
+            max_seconds=options.max_seconds,
+            no_speech_timeout_s=options.no_speech_timeout_s,
+        )
+        if listening.end_of_turn.enabled:  # Smart Turn loads while the reply plays
+            from vocal.endofturn import TurnModelLoader
+
+            self.turn_loader = TurnModelLoader()
         self._open_microphone()
         self.clock["mic_opened"] = self.mic.opened_at_s
         kept, heard_from_s = self._speak(turn)
@@ -359,9 +363,9 @@ class _Run:
         listened = listen(
             source,
             stt=self.loader,
-            options=ListenOptions(vad=True, endpoint=endpoint,
-                                  early_after_ms=settings.early_transcription_ms),  # fmt: skip
+            options=listening,
             confidence=SileroVad(),
+            turn_model=self.turn_loader,
             stop=self.listen_stop,
             on_block=lambda _samples, _state: turn.check(),
         )

@@ -561,6 +561,9 @@ class WavSource:
     """`--input FILE`: a WAV read as if captured, in blocks at `sample_rate` mono, as fast as
     the consumer takes them."""
 
+    #: Not a live source: `vocal.listening.listen` endpoints it on the file's own clock.
+    live = False
+
     def __init__(self, path: str | Path, sample_rate: int = 16_000, *, block_frames: int = 512):
         self.path = Path(path)
         self.sample_rate = sample_rate

@@ -28,6 +28,7 @@ import numpy as np
 
 from vocal.audio import STT_SAMPLE_RATE, Audio
 from vocal.devices import Block
+from vocal.endofturn import EndOfTurnOptions, PauseJudge, TurnModelLoader
 from vocal.errors import VocalError
 from vocal.stt import SttEngine, Transcript, load_stt
 from vocal.vad import Confidence, Endpointer, EndpointOptions, EndReason, VadState
@@ -63,6 +64,9 @@ class ListenOptions:
     #: 32 ms earlier is 32 ms off speech end -> transcript when Whisper, not the window, is the
     #: slower of the two (a loaded machine: benchmarks/listen).
     early_after_ms: int = 96
+    #: The end-of-turn stage (vocal.endofturn): after `check_ms` of silence, is the turn
+    #: complete? VAD mode only; `enabled=False` is the plain silence window.
+    end_of_turn: EndOfTurnOptions = field(default_factory=EndOfTurnOptions)
 
     def endpointer_options(self) -> EndpointOptions:
         """Fixed-window mode still runs VAD (to know whether anyone spoke), but only the
@@ -76,6 +80,54 @@ class ListenOptions:
             max_duration_s=window,
             no_speech_timeout_s=window + 1.0,
         )
+
+
+def listen_options(
+    settings: Any,
+    *,
+    vad: bool = True,
+    seconds: float = DEFAULT_FIXED_SECONDS,
+    silence_ms: int | None = None,
+    max_seconds: float | None = None,
+    no_speech_timeout_s: float | None = None,
+) -> ListenOptions:
+    """`ListenOptions` from `vocal.config.Settings` (and a command's own overrides): the one
+    place `listen` and `converse` build their endpointing and end-of-turn options. A bad value
+    (from a flag, `VOCAL_*` or config.toml) is a `UsageError`."""
+    from vocal.errors import UsageError
+
+    try:
+        endpoint = EndpointOptions(
+            min_silence_ms=silence_ms or settings.silence_ms,
+            max_duration_s=max_seconds or settings.max_seconds,
+            no_speech_timeout_s=no_speech_timeout_s or settings.no_speech_timeout_s,
+        )
+        end_of_turn = EndOfTurnOptions(
+            enabled=settings.turn_model,
+            check_ms=settings.turn_check_ms,
+            max_pause_ms=settings.max_pause_ms,
+        )
+    except ValueError as exc:
+        raise UsageError(f"bad listening setting: {exc}") from None
+    return ListenOptions(
+        vad=vad,
+        seconds=seconds,
+        endpoint=endpoint,
+        early_after_ms=settings.early_transcription_ms,
+        end_of_turn=end_of_turn,
+    )
+
+
+def stt_loader(settings: Any) -> SttLoader:
+    """Start loading the configured speech recognizer (`SttLoader`) with its settings."""
+    from vocal.stt import default_engine_name
+
+    name = settings.stt_engine if settings.stt_engine != "auto" else default_engine_name()
+    options: dict[str, Any] = {"language": settings.language}
+    if name == "faster-whisper":
+        options["beam_size"] = settings.stt_beam_size
+    return SttLoader(settings.stt_engine, settings.stt_model, warm_up=settings.stt_warm_up,
+                     **options)  # fmt: skip
 
 
 # -- the engine, loaded in the background --------------------------------------------------------
@@ -167,6 +219,8 @@ class ListenResult:
     clock: dict[str, float | None]
     transcript: Transcript | None = None
     overflows: int = 0
+    #: The end-of-turn stage's verdict on every pause (None: the stage was off).
+    turn: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What `vocal listen --json` prints."""
@@ -179,6 +233,7 @@ class ListenResult:
             "timings": _rounded(self.timings),
             "clock": self.clock,
             "overflows": self.overflows,
+            "turn": self.turn,
         }
 
 
@@ -245,6 +300,7 @@ def record(
     on_block: BlockHook | None = None,
     check: Callable[[], None] | None = None,
     on_pause: Callable[[Endpointer], None] | None = None,
+    judge: PauseJudge | None = None,
 ) -> tuple[Endpointer, _Marks]:
     """Feed `source`'s blocks to an endpointer until it is done, the source ends or `stop`.
 
@@ -254,7 +310,8 @@ def record(
     may raise to abandon the recording (an engine that failed to load: no point listening on).
     `on_pause` is called once per pause, as soon as the pause has lasted
     `options.early_after_ms` (the utterance so far is then complete but for the rest of its
-    post-roll, which is silence), while the silence window still runs.
+    post-roll, which is silence), while the silence window still runs. `judge` (the end-of-turn
+    stage) looks at every block's pause after that and may end the turn or hold it open.
     """
     if confidence is None:
         from vocal.vad import SileroVad
@@ -291,6 +348,8 @@ def record(
         ):
             paused_at_frame = endpointer.speech_end_frame
             on_pause(endpointer)
+        if judge is not None:
+            judge.update(endpointer)
         if endpointer.done:
             break
         if stop is not None and stop.is_set():
@@ -321,6 +380,7 @@ class EarlyTranscriber:
         self._pending: tuple[tuple[int, int], Audio] | None = None
         self._done: dict[tuple[int, int], Transcript | BaseException] = {}
         self._current: tuple[int, int] | None = None
+        self._submitted: set[tuple[int, int]] = set()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="vocal-stt-early", daemon=True)
         self._thread.start()
@@ -329,6 +389,7 @@ class EarlyTranscriber:
         """Transcribe `audio`, the utterance spanning frames `key` (start, end of speech)."""
         with self._lock:
             self._pending = (key, audio)
+            self._submitted.add(key)
             self._lock.notify_all()
 
     def _run(self) -> None:
@@ -362,6 +423,18 @@ class EarlyTranscriber:
             raise outcome
         return outcome
 
+    def text(self, key: tuple[int, int], wait: bool) -> tuple[bool, str | None]:
+        """For the end-of-turn stage (`vocal.endofturn.TextSource`): (requested, text)."""
+        with self._lock:
+            requested = key in self._submitted
+            if not wait and key not in self._done:
+                return requested, None
+        try:
+            transcript = self.result(key) if requested else None
+        except Exception:  # the final transcription will raise it; the judge goes on
+            return requested, None
+        return requested, transcript.text if transcript is not None else None
+
     def close(self) -> None:
         """Stop the worker once it is idle (it never interrupts a transcription)."""
         with self._lock:
@@ -381,6 +454,7 @@ def listen(
     stop: threading.Event | None = None,
     on_block: BlockHook | None = None,
     close_source: bool = True,
+    turn_model: TurnModelLoader | None = None,
 ) -> ListenResult:
     """Record one utterance from the opened `source`, then transcribe it.
 
@@ -393,6 +467,13 @@ def listen(
             once the source is open.
         stop: set it to end the recording now (Ctrl-C, the control channel).
         on_block: called with each block and the endpointer's state (a level meter).
+        turn_model: Smart Turn loading in the background for the end-of-turn stage
+            (`options.end_of_turn`); None judges pauses by the early transcript alone.
+
+    A source that is not live (`source.live` False: a WAV file, fed faster than real time)
+    is endpointed on its own clock, and the end-of-turn stage waits for the model and the
+    early transcript wherever a live turn would have waited for them, so a file ends where
+    the same sound from a microphone would.
 
     Returns a `ListenResult`; `speech_heard` is False (and nothing was transcribed) when nobody
     spoke. Engine failures raise `EngineError` (exit 5).
@@ -401,16 +482,35 @@ def listen(
     if source.sample_rate != STT_SAMPLE_RATE:
         raise VocalError(f"listen needs a {STT_SAMPLE_RATE} Hz source, got {source.sample_rate}")
     early: EarlyTranscriber | None = None
+    live = getattr(source, "live", True)
 
     def on_pause(endpointer: Endpointer) -> None:
         nonlocal early
         if early is None:
-            engine = stt if not isinstance(stt, SttLoader) else stt.ready_engine()
+            if not isinstance(stt, SttLoader):
+                engine: SttEngine | None = stt
+            else:  # a live turn has had the whole utterance to load it; a file waits for it
+                engine = stt.ready_engine() if live else stt.engine()
             if engine is None:  # still loading: the turn will wait for it anyway
                 return
             early = EarlyTranscriber(engine)
         key = (endpointer.speech_start_frame, endpointer.speech_end_frame)
         early.submit(key, Audio(endpointer.utterance(), endpointer.sample_rate))
+
+    class _EarlyTexts:
+        def text(self, key: tuple[int, int], wait: bool) -> tuple[bool, str | None]:
+            return (False, None) if early is None else early.text(key, wait)
+
+    judge = None
+    if options.vad and options.end_of_turn.enabled:
+        judge = PauseJudge(
+            options.end_of_turn,
+            model=(lambda: turn_model.model()) if turn_model is not None else (lambda: None),
+            texts=_EarlyTexts(),
+            wait=not live,
+        )
+        if not live and turn_model is not None:
+            turn_model.wait()  # a live turn's model loads while the person speaks
 
     try:
         endpointer, marks = record(
@@ -421,10 +521,13 @@ def listen(
             on_block=on_block,
             check=stt.raise_if_failed if isinstance(stt, SttLoader) else None,
             on_pause=on_pause if options.vad and options.early_transcription else None,
+            judge=judge,
         )
     finally:
         if close_source:
             source.close()
+        if judge is not None:
+            judge.close()
 
     rate = source.sample_rate
     recording = Audio(endpointer.recording(), rate)
@@ -496,6 +599,7 @@ def listen(
         },
         transcript=transcript,
         overflows=getattr(source, "overflows", 0),
+        turn=judge.summary() if judge is not None else None,
     )
 
 
@@ -506,6 +610,8 @@ __all__ = [
     "SttLoader",
     "ctrl_c_ends",
     "listen",
+    "listen_options",
+    "stt_loader",
     "process_started_at",
     "record",
 ]

@@ -165,6 +165,8 @@ class EndReason(str, enum.Enum):
     END_OF_INPUT = "end_of_input"  # a WAV input (or a closed device) ran out
     REQUESTED = "requested"  # Ctrl-C or the control channel asked to end now
     FIXED_WINDOW = "fixed_window"  # --no-vad: the window ran out
+    TURN_COMPLETE = "turn_complete"  # the end-of-turn stage judged the turn finished
+    MAX_PAUSE = "max_pause"  # the turn sounded unfinished, and the pause reached its cap
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,9 @@ class Endpointer:
         self._pending = np.zeros(0, np.float32)
         self._run_frames = 0  # STARTING: speech so far; STOPPING: silence so far
         self._candidate_frame = 0
+        #: Silence that ends the current pause, when the end-of-turn stage set one
+        #: (`hold_pause`); None: min_silence_ms. Cleared when speech resumes.
+        self.pause_limit_ms: int | None = None
 
     # -- frames from milliseconds --
     def _frames(self, ms: float) -> int:
@@ -307,14 +312,14 @@ class Endpointer:
             if prob >= options.start_threshold:
                 self.state = VadState.SPEAKING
                 self.speech_end_frame = self._fed
+                self.pause_limit_ms = None
             else:
                 # Between the thresholds neither resumes speech nor resets the silence (Silero's
                 # get_speech_timestamps does the same), so a murmur cannot hold the turn open.
                 self._run_frames += chunk.shape[0]
-        if self.state is VadState.STOPPING and self._run_frames >= self._frames(
-            options.min_silence_ms
-        ):
-            self._end(EndReason.SILENCE)
+        limit_ms = options.min_silence_ms if self.pause_limit_ms is None else self.pause_limit_ms
+        if self.state is VadState.STOPPING and self._run_frames >= self._frames(limit_ms):
+            self._end(EndReason.SILENCE if self.pause_limit_ms is None else EndReason.MAX_PAUSE)
         elif self._fed >= round(options.max_duration_s * self.sample_rate):
             self._end(EndReason.MAX_DURATION)
         elif not self.speech_heard and self._fed >= round(
@@ -327,6 +332,31 @@ class Endpointer:
         self.state = VadState.DONE
         self.end_reason = reason
         self.end_frame = self._fed
+
+    def hold_pause(self, limit_ms: int) -> None:
+        """Let the current pause last up to `limit_ms` of silence instead of min_silence_ms
+        (the turn sounds unfinished); ends with MAX_PAUSE when it does. A no-op unless
+        STOPPING; speech resuming clears it."""
+        if self.state is VadState.STOPPING:
+            self.pause_limit_ms = limit_ms
+
+    def end_turn(self) -> None:
+        """End now: the end-of-turn stage judged the turn complete (a no-op unless STOPPING,
+        so the person speaking again always wins)."""
+        if self.state is VadState.STOPPING:
+            self._end(EndReason.TURN_COMPLETE)
+
+    def tail(self, frames: int) -> np.ndarray:
+        """The last `frames` samples fed (whole chunks), without copying the whole recording."""
+        parts, total = [], 0
+        for part in reversed(self._parts):
+            if total >= frames:
+                break
+            parts.append(part)
+            total += part.shape[0]
+        if not parts:
+            return np.zeros(0, np.float32)
+        return np.concatenate(parts[::-1])[-frames:]
 
     def finish(self, reason: EndReason = EndReason.END_OF_INPUT) -> None:
         """End from outside (end of input, Ctrl-C, the control channel); a no-op once done."""

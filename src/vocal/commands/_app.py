@@ -20,3 +20,37 @@ def command_app(**settings: Any) -> typer.Typer:
     }
     defaults.update(settings)
     return typer.Typer(**defaults)
+
+
+# -- options that several commands share ---------------------------------------------------------
+def silence_ms_option(what: str = "the turn") -> Any:
+    return typer.Option(
+        None,
+        "--silence-ms",
+        min=100,
+        help=f"Silence that ends {what} when the turn model is off or undecided, in ms [700].",
+    )
+
+
+def turn_model_option() -> Any:
+    return typer.Option(
+        None,
+        "--turn-model/--no-turn-model",
+        help="Judge each pause with the turn model (Smart Turn v3 and the words so far); "
+        "--no-turn-model ends every turn after --silence-ms [on].",
+    )
+
+
+def turn_check_ms_option() -> Any:
+    return typer.Option(
+        None, "--turn-check-ms", min=32, help="Silence before the turn model is asked, in ms [160]."
+    )
+
+
+def max_pause_ms_option() -> Any:
+    return typer.Option(
+        None,
+        "--max-pause-ms",
+        min=100,
+        help="The longest pause waited through when the turn sounds unfinished, in ms [2500].",
+    )

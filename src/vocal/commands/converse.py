@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from vocal.commands._app import command_app
+from vocal.commands._app import (
+    command_app,
+    max_pause_ms_option,
+    silence_ms_option,
+    turn_check_ms_option,
+    turn_model_option,
+)
 
 app = command_app()
 
@@ -30,9 +36,10 @@ def converse(
     aec: str | None = typer.Option(
         None, "--aec", help="Echo cancellation: auto (off for headphones), on, off [auto]."
     ),
-    silence_ms: int | None = typer.Option(
-        None, "--silence-ms", min=100, help="Silence that ends the answer, in ms [700]."
-    ),
+    silence_ms: int | None = silence_ms_option("the answer"),
+    turn_model: bool | None = turn_model_option(),
+    turn_check_ms: int | None = turn_check_ms_option(),
+    max_pause_ms: int | None = max_pause_ms_option(),
     no_speech_timeout: float | None = typer.Option(
         None,
         "--no-speech-timeout",
@@ -49,13 +56,17 @@ def converse(
         False, "--json", help="Print JSON: text, interrupted, heard_reply, timings, counters."
     ),
 ) -> None:
-    """Say TEXT, then listen until the person stops talking, and print what they said.
+    """Say TEXT, then listen until the person has finished, and print what they said.
 
     One process per turn: it takes the conch, speaks sentence by sentence, and meanwhile loads
     the speech recognizer. With barge-in (the default) the microphone stays open behind echo
     cancellation: talk over the reply and it stops within a block, and your words, the first
     one included, are in the transcript. `vocal control stop` ends the turn (prints
     "[stopped]"), `vocal control skip-forward` cuts to listening, or ends the listening.
+
+    The answer ends as `vocal listen`'s does: a pause is judged by the turn model after
+    --turn-check-ms; a finished answer ends at once, an unfinished one ("let me think ...") is
+    waited for up to --max-pause-ms, anything else ends after --silence-ms.
 
     Exit codes: 0 ok (the transcript on stdout), 2 empty text or bad options, 3 the floor was
     not granted or was taken mid-turn, 4 nobody spoke, 5 a device or engine is unavailable or
@@ -73,7 +84,9 @@ def converse(
     text, from_stdin = text_argument(text)
     if from_stdin:
         started_at_s = time.monotonic()
-    settings = load_settings()
+    settings = load_settings(
+        turn_model=turn_model, turn_check_ms=turn_check_ms, max_pause_ms=max_pause_ms
+    )
     options = ConverseOptions(
         engine=engine, voice=voice, speed=speed, barge_in=barge_in, aec=aec, session=session,
         agent=agent, use_conch=not no_conch, silence_ms=silence_ms,

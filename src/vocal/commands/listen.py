@@ -6,7 +6,13 @@ from pathlib import Path
 
 import typer
 
-from vocal.commands._app import command_app
+from vocal.commands._app import (
+    command_app,
+    max_pause_ms_option,
+    silence_ms_option,
+    turn_check_ms_option,
+    turn_model_option,
+)
 
 app = command_app()
 
@@ -22,9 +28,10 @@ def listen(
     max_seconds: float | None = typer.Option(
         None, "--max-seconds", min=0.1, help="Hard cap on the recording, in seconds [60]."
     ),
-    silence_ms: int | None = typer.Option(
-        None, "--silence-ms", min=100, help="Silence that ends the turn, in ms [700]."
-    ),
+    silence_ms: int | None = silence_ms_option(),
+    turn_model: bool | None = turn_model_option(),
+    turn_check_ms: int | None = turn_check_ms_option(),
+    max_pause_ms: int | None = max_pause_ms_option(),
     no_speech_timeout: float | None = typer.Option(
         None,
         "--no-speech-timeout",
@@ -57,8 +64,13 @@ def listen(
 ) -> None:
     """Listen for one utterance and print its transcript on stdout.
 
-    With --vad (the default) recording ends ~0.7 s after the speaker stops (--silence-ms), so a
-    one-word answer costs about a second; --no-vad records a fixed --seconds window. Ctrl-C ends
+    With --vad (the default) the turn ends when the speaker has finished, not merely paused:
+    after --turn-check-ms (160 ms) of silence the turn model judges the pause from the voice
+    (Smart Turn v3) and the words so far. A finished sentence ends the turn at once; one that
+    sounds unfinished ("I think we should ...") is waited for, up to --max-pause-ms (2.5 s) of
+    silence; an undecided pause, or any with --no-turn-model, ends after --silence-ms (700 ms).
+    --no-vad records a fixed --seconds window. --input FILE is judged on the file's own clock,
+    as the same sound from a microphone would be. Ctrl-C ends
     the recording and still transcribes what was heard (press it twice to abort). On a
     terminal a level meter runs on stderr.
 
@@ -74,6 +86,9 @@ def listen(
 
     settings = load_settings(
         silence_ms=silence_ms,
+        turn_model=turn_model,
+        turn_check_ms=turn_check_ms,
+        max_pause_ms=max_pause_ms,
         max_seconds=max_seconds,
         no_speech_timeout_s=no_speech_timeout,
         stt_engine=engine,
@@ -86,38 +101,36 @@ def listen(
     else:
         source = Microphone(device=settings.input_device).open()
 
-    from vocal.vad import EndpointOptions
-
-    try:
-        endpoint = EndpointOptions(
-            min_silence_ms=settings.silence_ms,
-            max_duration_s=settings.max_seconds,
-            no_speech_timeout_s=settings.no_speech_timeout_s,
-        )
-    except ValueError as exc:  # a bad value from VOCAL_* or config.toml
-        source.close()
-        raise UsageError(f"bad listening setting: {exc}") from None
-
     import sys
     import threading
 
     from vocal.errors import Interrupted, NoSpeechError
-    from vocal.listening import ListenOptions, SttLoader, ctrl_c_ends
+    from vocal.listening import ctrl_c_ends, listen_options, stt_loader
     from vocal.listening import listen as listen_once
 
-    loader = SttLoader(settings.stt_engine, settings.stt_model, language=settings.language,
-                       warm_up=settings.stt_warm_up)  # fmt: skip
-    options = ListenOptions(vad=vad, seconds=seconds, endpoint=endpoint,
-                            early_after_ms=settings.early_transcription_ms)  # fmt: skip
+    try:
+        options = listen_options(settings, vad=vad, seconds=seconds)
+    except UsageError:  # a bad value from VOCAL_* or config.toml
+        source.close()
+        raise
+    loader = stt_loader(settings)
+    turn_loader = None
+    if options.vad and options.end_of_turn.enabled:
+        from vocal.endofturn import TurnModelLoader
+
+        turn_loader = TurnModelLoader()
     meter = LevelMeter() if input_file is None and sys.stderr.isatty() else None
     stop = threading.Event()
     try:
         with ctrl_c_ends(stop):
-            result = listen_once(source, stt=loader, options=options, stop=stop, on_block=meter)
+            result = listen_once(source, stt=loader, options=options, stop=stop, on_block=meter,
+                                 turn_model=turn_loader)  # fmt: skip
     finally:
         if meter is not None:
             meter.clear()
         loader.wait()  # never exit while the engine loads in native code (it aborts)
+        if turn_loader is not None:
+            turn_loader.wait()
 
     if save is not None:
         from vocal.audio import write_wav
