@@ -297,15 +297,12 @@ def test_bad_input_exits_2_before_touching_audio() -> None:
 
 
 # -- the end of the answer (issue 16) -------------------------------------------------------------
-def corpus_turn(kind: str, pause_s: float | None = None):
-    """One real recording from the corpus's held-out split (tests/corpus.py)."""
+def corpus_turn(turn_id: str):
+    """One real recording from the corpus (tests/corpus.py)."""
     from corpus import ensure_corpus, load_turns
 
     ensure_corpus()
-    turns = [t for t in load_turns(kind=kind, split="heldout")
-             if pause_s is None or t.pause_s == pause_s]  # fmt: skip
-    assert turns, f"no held-out {kind} turn in the corpus"
-    return max(turns, key=lambda t: len(t.text.split()))
+    return {turn.id: turn for turn in load_turns()}[turn_id]
 
 
 def test_a_person_pausing_mid_sentence_is_waited_for(room) -> None:
@@ -314,7 +311,7 @@ def test_a_person_pausing_mid_sentence_is_waited_for(room) -> None:
     the transcript has the words after it."""
     from corpus import word_error_rate
 
-    turn = corpus_turn("paused", 1.2)
+    turn = corpus_turn("sas-0870.cut11.paused1.2")  # "... consider how much | there might be"
     room.say(turn.path, delay_s=4.0, after="far")
     code, result, err = converse(REPLY, "--no-speech-timeout", "4", timeout_s=90)
     assert code == 0, err
@@ -327,7 +324,7 @@ def test_a_person_pausing_mid_sentence_is_waited_for(room) -> None:
 
 def test_a_finished_answer_is_returned_sooner_than_the_window(room) -> None:
     """A whole sentence: the turn model ends the answer before the 700 ms window would."""
-    turn = corpus_turn("complete")
+    turn = corpus_turn("arctic-slt-a0009.complete")
     room.say(turn.path, delay_s=4.0, after="far")
     code, result, err = converse(REPLY, "--no-speech-timeout", "4", timeout_s=90)
     assert code == 0, err

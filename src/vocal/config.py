@@ -107,7 +107,7 @@ class Settings:
     # near-silence right after it loads (its first call is slower); early_transcription_ms: how
     # long a pause lasts before Whisper starts on the utterance so far (vocal.listening).
     stt_warm_up: bool = True
-    early_transcription_ms: int = 96
+    early_transcription_ms: int = 32
     # barge_in_onset_threshold: a lower probability allowed for the first chunk of a barge-in's
     # run (vocal.bargein.BargeInOptions.onset_threshold); unset: off (measured: benchmarks/aec).
     barge_in_onset_threshold: float | None = None

@@ -366,9 +366,7 @@ class PauseDecision:
     resumed: bool = False
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            k: round(v, 4) if isinstance(v, float) else v for k, v in self.__dict__.items()
-        }
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in self.__dict__.items()}
 
 
 class PauseJudge:
@@ -443,8 +441,10 @@ class PauseJudge:
         if requested and text is None:
             # The transcript is on its way: the text confirms or vetoes. A sure audio verdict
             # is noted as provisional (the recording goes on until the text arrives).
-            if decision.provisional_ms is None and audio_p is not None and (
-                audio_p >= self.options.audio_complete
+            if (
+                decision.provisional_ms is None
+                and audio_p is not None
+                and (audio_p >= self.options.audio_complete)
             ):
                 decision.provisional_ms = silence_ms
             if not self._wait:

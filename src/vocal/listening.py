@@ -58,12 +58,13 @@ class ListenOptions:
     #: Start Whisper during the silence window (see EarlyTranscriber); VAD mode only.
     early_transcription: bool = True
     #: How long a pause lasts before Whisper starts on the utterance so far (whole 32 ms
-    #: chunks; at most the endpointer's post-roll). 96 ms rather than the 200 ms post-roll: the
-    #: request then holds 96 ms of the quiet after the last speech chunk, enough for Whisper to
-    #: hear the word's tail (WER unchanged: tests/test_listen.py, benchmarks/listen), and every
-    #: 32 ms earlier is 32 ms off speech end -> transcript when Whisper, not the window, is the
-    #: slower of the two (a loaded machine: benchmarks/listen).
-    early_after_ms: int = 96
+    #: chunks; at most the endpointer's post-roll). One chunk: the early transcript is what
+    #: confirms or vetoes the end of a turn (vocal.endofturn), so every chunk it waits is on
+    #: the person's clock. On the real-speech corpus the tail Whisper gets made no difference
+    #: (beam 5, 39 complete and paused turns: WER 0.343 with 32 ms of tail, 0.341 with 96 ms,
+    #: 0.337 with 64), since the last speech chunk already holds the word's tail (it is the
+    #: last chunk above the stop threshold); `benchmarks/turns --parts wer` checks it end to end.
+    early_after_ms: int = 32
     #: The end-of-turn stage (vocal.endofturn): after `check_ms` of silence, is the turn
     #: complete? VAD mode only; `enabled=False` is the plain silence window.
     end_of_turn: EndOfTurnOptions = field(default_factory=EndOfTurnOptions)
