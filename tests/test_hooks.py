@@ -231,3 +231,21 @@ def test_warmup_primes_the_engine_caches() -> None:
     print("warm-up ms, cold then primed:",
           {n: (steps[n]["ms"], again[n]["ms"]) for n in steps})  # fmt: skip
     assert again["tts-prime"]["ms"] < steps["tts-prime"]["ms"]
+
+
+def test_install_and_remove_write_through_a_symlinked_settings_file(home: Path) -> None:
+    """A dotfile manager links settings.json into a repository: the link stays a link, the
+    target gets the hooks, and remove restores the target's bytes (issue 17)."""
+    dotfiles = home / "dotfiles"
+    dotfiles.mkdir()
+    target = dotfiles / "claude-settings.json"
+    original = (json.dumps(OTHERS, indent=2) + "\n").encode()
+    target.write_bytes(original)
+    link = home / ".claude" / "settings.json"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    assert hooks_json("install")["action"] == "installed"
+    assert link.is_symlink() and link.resolve() == target
+    assert "Stop" in json.loads(target.read_bytes())["hooks"]
+    assert hooks_json("remove")["action"] == "restored"
+    assert link.is_symlink() and target.read_bytes() == original

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import stat
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -114,12 +113,6 @@ def to_int16(samples: np.ndarray) -> np.ndarray:
 
 
 # -- reading --------------------------------------------------------------------------------
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def read_wav(source: str | os.PathLike | bytes | BinaryIO, *, allow_empty: bool = False) -> Audio:
     """Read a WAV file (path), its bytes, or a binary stream into an `Audio`.
 
@@ -278,19 +271,14 @@ def write_wav(path: str | os.PathLike, audio: Audio, *, float32: bool = False) -
         except OSError as exc:
             raise UsageError(f"{path}: {exc.strerror or exc}") from None
         return path
-    directory = path.parent if str(path.parent) else Path(".")
+    from vocal.atomicfile import write_atomic
+
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        write_atomic(path, data)  # through a symlink; an existing file keeps its mode
     except FileNotFoundError:
-        raise UsageError(f"{path}: the directory {directory} does not exist") from None
+        raise UsageError(f"{path}: the directory {path.parent} does not exist") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a directory", hint="give a file name") from None
     except PermissionError:
         raise UsageError(f"{path}: permission denied") from None
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a WAV is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path

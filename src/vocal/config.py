@@ -200,6 +200,11 @@ def read_config_file(path: Path) -> dict[str, object]:
         return {}
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    return parse_config(data, path)
+
+
+def parse_config(data: bytes, path: Path) -> dict[str, object]:
+    """The table in config.toml's bytes `data` (UsageError naming `path` when not TOML)."""
     # Imported only when there is a file to parse: a cue hook pays 10-17 ms for tomllib.
     if sys.version_info >= (3, 11):
         import tomllib
@@ -249,4 +254,11 @@ def ensure_private_dir(path: Path) -> Path:
     return path
 
 
-__all__ = ["Settings", "load_settings", "env_name", "ensure_private_dir", "read_config_file"]
+__all__ = [
+    "Settings",
+    "load_settings",
+    "env_name",
+    "ensure_private_dir",
+    "parse_config",
+    "read_config_file",
+]

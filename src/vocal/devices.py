@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator

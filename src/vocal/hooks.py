@@ -37,13 +37,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vocal.atomicfile import write_atomic
 from vocal.errors import UsageError
 
 AGENTS = ("claude-code",)
@@ -193,22 +193,10 @@ def _read(path: Path) -> bytes | None:
 
 
 def _write(path: Path, data: bytes) -> None:
-    """Replace `path` atomically, keeping its permissions."""
+    """Replace `path` atomically, keeping its permissions, through a symlink (dotfile managers
+    link settings.json into a repository: vocal.atomicfile)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = None
-    with contextlib.suppress(FileNotFoundError):
-        mode = path.stat().st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, data)
 
 
 def _our_hooks(raw: bytes | None, path: Path) -> Iterator[tuple[str, dict[str, Any]]]:

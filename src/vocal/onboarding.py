@@ -14,15 +14,14 @@ them on the next try; offline, the fetch fails with exit 5 and nothing is writte
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vocal.config import read_config_file
+from vocal.atomicfile import write_atomic
+from vocal.config import parse_config, read_config_file
 from vocal.errors import NoSpeechError, UsageError
 
 if TYPE_CHECKING:
@@ -126,8 +125,14 @@ def toml_value(value: Any) -> str:
     return json.dumps(str(value), ensure_ascii=False)
 
 
+#: `key = value  # comment`: the comment kept when the value changes (no quote in it, so it
+#: is not part of a string value).
+_SETTING_LINE = re.compile(r"^(?P<key>\s*[A-Za-z0-9_]+\s*=).*?(?P<comment>\s+#[^\"']*)?$")
+
+
 def write_config(path: Path, values: dict[str, Any]) -> None:
-    """Set `values` in config.toml, keeping every other line; atomically.
+    """Set `values` in config.toml, keeping every other line and each changed line's comment;
+    atomically, and through a symlink to its target (vocal.atomicfile).
 
     A key already set at the top level is replaced on its line; others are appended. The new
     text is parsed back before it replaces the file, so a config.toml vocal cannot read is
@@ -147,22 +152,14 @@ def write_config(path: Path, values: dict[str, Any]) -> None:
             lines.insert(first_table, line)
             first_table += 1
         else:
-            lines[at] = line
-    new_text = "\n".join(lines) + "\n"
+            old = _SETTING_LINE.match(lines[at])
+            lines[at] = line + (old.group("comment") or "" if old else "")
+    new_text = ("\n".join(lines) + "\n").encode("utf-8")
+    parsed = parse_config(new_text, path)
+    if any(parsed.get(key) != value for key, value in values.items()):
+        raise UsageError(f"could not update {path} safely", hint="edit it by hand")
     path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".config.", suffix=".toml")
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-            out.write(new_text)
-        parsed = read_config_file(Path(temporary))
-        if any(parsed.get(key) != value for key, value in values.items()):
-            raise UsageError(f"could not update {path} safely", hint="edit it by hand")
-        if path.exists():
-            os.chmod(temporary, path.stat().st_mode & 0o777)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+    write_atomic(path, new_text)
 
 
 def run_setup(choices: SetupChoices, *, proof: bool = True) -> SetupResult:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from vocal.atomicfile import umask
 from vocal.audio import Audio, read_wav, write_wav
 from vocal.errors import AudioFormatError, UsageError
 from vocal.tts.chatterbox import SAMPLE_RATE as CLONE_SAMPLE_RATE
@@ -438,7 +439,7 @@ class VoiceStore:
                 )
             if persona_text is not None:
                 (staging / PERSONA_FILE).write_text(persona_text, encoding="utf-8")
-            os.chmod(staging, 0o755 & ~_umask())  # mkdtemp makes 0700
+            os.chmod(staging, 0o755 & ~umask())  # mkdtemp makes 0700
             if target.exists():
                 old = Path(tempfile.mkdtemp(prefix=f".old-{name}-", dir=self.root))
                 os.replace(target, old / name)
@@ -477,12 +478,6 @@ class VoiceStore:
         voice = self.get(name)
         shutil.rmtree(voice.path)
         return voice.path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _free_name(directory: Path, stem: str) -> str:
