@@ -367,10 +367,11 @@ def record(
 class EarlyTranscriber:
     """Transcribes the utterance during the silence window, before the turn is known to be over.
 
-    The endpointer waits `min_silence_ms` (700 ms) of silence before it ends a turn, and the
-    utterance's words are fixed as soon as a pause begins (what follows until the post-roll is
-    silence). Whisper starts `ListenOptions.early_after_ms` (96 ms) into the pause, in this
-    thread, so most of its ~0.3-1 s is spent while the window still runs. If the speaker
+    The utterance's words are fixed as soon as a pause begins (what follows until the
+    post-roll is silence). Whisper starts `ListenOptions.early_after_ms` (32 ms) into the
+    pause, in this thread: the end-of-turn stage waits for this text to confirm or veto the
+    end (vocal.endofturn), and otherwise it is ready before the silence window (700 ms)
+    ends. If the speaker
     resumes, the result is for an older utterance and is not used; only the latest request is
     kept while one runs (a stale one is never queued behind it).
     """
