@@ -95,8 +95,12 @@ class EndOfTurnOptions:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:  # NaN fails this too
                 raise ValueError(f"{name} must be between 0 and 1, got {value}")
-        if not self.check_ms >= 0 or not self.max_pause_ms >= self.check_ms:
-            raise ValueError("need 0 <= turn check ms <= max pause ms")
+        # `not (ok)` so NaN fails; infinity is refused too: an endless pause is never a turn's end.
+        if not 0 <= self.check_ms <= self.max_pause_ms < float("inf"):
+            raise ValueError(
+                f"need 0 <= turn check ms <= max pause ms, both finite, got {self.check_ms} "
+                f"and {self.max_pause_ms}"
+            )
 
 
 # -- the text ----------------------------------------------------------------------------------
@@ -341,6 +345,8 @@ class PauseLike(Protocol):
 
     def hold_pause(self, limit_ms: int) -> None: ...
 
+    def release_pause(self) -> None: ...
+
     def end_turn(self) -> None: ...
 
 
@@ -438,21 +444,15 @@ class PauseJudge:
             return
         audio_p = self._audio_p
         requested, text = self._texts.text(key, wait=self._wait)
-        if requested and text is None:
-            # The transcript is on its way: the text confirms or vetoes. A sure audio verdict
-            # is noted as provisional (the recording goes on until the text arrives).
-            if (
-                decision.provisional_ms is None
-                and audio_p is not None
-                and (audio_p >= self.options.audio_complete)
-            ):
-                decision.provisional_ms = silence_ms
-            if not self._wait:
-                return
         text_verdict_ = None
         if text is not None:
             text_verdict_ = text_verdict(text)
             decision.text, decision.text_verdict = text, text_verdict_.value
+        elif requested and audio_p is not None and audio_p < self.options.audio_unfinished:
+            text_verdict_ = Verdict.UNDECIDED  # the voice holds it; no text can overturn that
+        elif requested and not self._wait:
+            self._await_text(endpointer, decision, audio_p, silence_ms)
+            return
         verdict = decide(audio_p, text_verdict_, self.options)
         self._done = True
         decision.verdict = verdict.value
@@ -461,6 +461,21 @@ class PauseJudge:
             endpointer.end_turn()
         elif verdict is Verdict.UNFINISHED:
             endpointer.hold_pause(self.options.max_pause_ms)
+        else:  # the silence window decides (at once, if the wait for the text outlasted it)
+            endpointer.release_pause()
+
+    def _await_text(
+        self, endpointer: PauseLike, decision: PauseDecision, audio_p: float | None,
+        silence_ms: float,
+    ) -> None:  # fmt: skip
+        """The transcript is on its way, and it confirms or vetoes. A sure audio verdict is
+        noted as provisional. Where the text could end the turn or hold it, the pause is held
+        open (up to the cap) until it arrives: on a loaded machine Whisper can take longer
+        than the silence window, which must not end the turn before the text is read."""
+        if audio_p is not None and audio_p >= self.options.audio_complete:
+            if decision.provisional_ms is None:
+                decision.provisional_ms = silence_ms
+        endpointer.hold_pause(self.options.max_pause_ms)
 
     def _start(self, key: tuple[int, int], endpointer: PauseLike, silence_ms: float) -> None:
         self._key, self._done = key, False

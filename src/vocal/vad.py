@@ -191,12 +191,18 @@ class EndpointOptions:
     no_speech_timeout_s: float = 15.0
 
     def __post_init__(self) -> None:
+        # Written as `not (ok)`: NaN fails every comparison, so `x < 0` let it through (issue 17).
+        infinity = float("inf")
         if not 0.0 < self.stop_threshold <= self.start_threshold < 1.0:
             raise ValueError("need 0 < stop_threshold <= start_threshold < 1")
-        if self.min_silence_ms < 0 or self.pre_roll_ms < 0 or self.post_roll_ms < 0:
-            raise ValueError("durations must not be negative")
-        if self.max_duration_s <= 0 or self.no_speech_timeout_s <= 0:
-            raise ValueError("max_duration_s and no_speech_timeout_s must be positive")
+        for name in ("min_speech_ms", "min_silence_ms", "pre_roll_ms", "post_roll_ms"):
+            value = getattr(self, name)
+            if not 0 <= value < infinity:
+                raise ValueError(f"{name} must be a finite duration of 0 or more, got {value}")
+        for name in ("max_duration_s", "no_speech_timeout_s"):
+            value = getattr(self, name)
+            if not 0 < value < infinity:
+                raise ValueError(f"{name} must be a finite positive duration, got {value}")
 
 
 Confidence = Callable[[np.ndarray], float]
@@ -339,6 +345,11 @@ class Endpointer:
         STOPPING; speech resuming clears it."""
         if self.state is VadState.STOPPING:
             self.pause_limit_ms = limit_ms
+
+    def release_pause(self) -> None:
+        """Undo `hold_pause`: min_silence_ms ends the current pause again (at the next chunk,
+        if it has already lasted that long)."""
+        self.pause_limit_ms = None
 
     def end_turn(self) -> None:
         """End now: the end-of-turn stage judged the turn complete (a no-op unless STOPPING,
