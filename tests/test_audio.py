@@ -122,6 +122,11 @@ def _huge_unknown_chunk() -> bytes:
     return good[:36] + b"junk" + struct.pack("<I", 0xFFFFFFF0) + good[36:]
 
 
+def _at_rate(sample_rate: int, payload_bytes: int) -> bytes:
+    """An 8-bit mono WAV header claiming `sample_rate`, then `payload_bytes` of silence."""
+    return _wav(np.zeros(payload_bytes, np.float32), sample_rate, fmt=1, bits=8, channels=1)
+
+
 BAD_FILES = {
     "empty file": (b"", "an empty file"),
     "not a wav": (b"hello, I am a text file\n" * 10, "not a WAV file"),
@@ -130,6 +135,9 @@ BAD_FILES = {
     "huge fmt header": (_huge_header(), "corrupt WAV header"),
     "huge chunk": (_huge_unknown_chunk(), "corrupt WAV header"),
     "truncated": (b"RIFF\x10\0\0\0WAVEfmt ", "no fmt chunk"),
+    # Issue 17: 16 KB at 1 Hz is 4.4 hours of audio (794 MB in `listen`, 3.8 GB in `voices add`).
+    "1 Hz": (_at_rate(1, 16_000), "sample rate of 1 Hz"),
+    "over the duration limit": (_at_rate(4_000, 4_000 * 20 * 60 + 4_000), "over the limit"),
 }
 
 

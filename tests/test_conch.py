@@ -448,3 +448,203 @@ def test_cli_bump_give_leave_and_status_when_free() -> None:
     assert state["holder"] is None and state["grant"]["session"] == "c"
     assert run_vocal("conch", "leave", "--session", "b").returncode == 0
     assert run_vocal("conch", "leave", "--session", "b").returncode == 2
+
+
+# -- corrupt state heals itself (issue 17) ------------------------------------------------------
+#: A process that speaks under its session's floor (held with no process, as after `vocal conch
+#: wait`) as `vocal play --session S` does: prints "speaking" once it has it, speaks for argv[2]
+#: seconds (its watcher running, as in a turn), prints "done", then lingers until killed.
+SPEAKER = """
+import sys, time
+from vocal.conch import Conch, HoldWatcher
+from vocal.config import load_settings
+conch = Conch.from_settings(load_settings())
+held = conch.acquire(session=sys.argv[1], timeout_s=30)
+watcher = HoldWatcher(conch, held, lambda: None).start()
+print("speaking", held.reentrant, flush=True)
+time.sleep(float(sys.argv[2]))
+watcher.stop()
+print("done", flush=True)
+time.sleep(60)
+"""
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+
+
+def quarantined_names(directory: Path) -> list[str]:
+    return sorted(name for name in os.listdir(directory) if ".bad-" in name)
+
+
+def cli_ok(*args: str) -> subprocess.CompletedProcess:
+    result = run_vocal(*args, timeout=60)
+    assert b"Traceback" not in result.stderr and b"unexpected" not in result.stderr, result.stderr
+    return result
+
+
+def test_wrong_typed_holder_is_quarantined_and_frees_the_floor(vocal_home: Path) -> None:
+    c = conch()
+    held = c.acquire(session="a")
+    record = json.loads((c.directory / "holder.json").read_text())
+    (c.directory / "holder.json").write_text(json.dumps({**record, "expires_at": "soon"}))
+    assert cli_ok("conch", "status").returncode == 0
+    assert not c.holds(held.token)  # as if absent: the floor is free
+    assert c.status().holder is None
+    assert quarantined_names(c.directory) == [n for n in quarantined_names(c.directory)
+                                              if n.startswith("holder.json.bad-")]  # fmt: skip
+    assert len(quarantined_names(c.directory)) == 1
+    log = (vocal_home / "logs" / "statefiles.log").read_text()
+    assert "holder.json" in log and "expires_at" in log
+    # wait and the other commands work again at once
+    assert cli_ok("conch", "wait", "--session", "b", "--timeout", "5").returncode == 0
+    assert cli_ok("conch", "release", "--session", "b").returncode == 0
+    from vocal.statefiles import quarantined
+
+    assert [p.name for p in quarantined(vocal_home)] == quarantined_names(c.directory)
+
+
+@pytest.mark.parametrize("bad", [
+    {"heartbeat_at": "x"}, {"pid": 2**80}, {"seq": 7}, {"order": float("nan")},
+    {"session": ["s"]}, {"heartbeat_at": 1e308 * 10},
+])  # fmt: skip
+def test_a_bad_waiter_does_not_survive_leave_and_bump(bad: dict) -> None:
+    c = conch()
+    held = c.acquire(session="holder")
+    with contextlib.suppress(ConchBusy):
+        c.acquire(session="w", mode="callback", keep_place=True)
+    (path,) = [p for p in c.queue_dir.iterdir() if p.name.endswith(".json")]
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, **bad}, allow_nan=True))
+    assert cli_ok("conch", "leave", "--session", "w").returncode in (0, 2)
+    assert cli_ok("conch", "bump").returncode == 0
+    assert queue_sessions(c) == [] and not path.exists()
+    assert not c.holds(held.token)
+
+
+@pytest.mark.parametrize("name", ["holder.json", "grant.json", "quiet.json", "lock"])
+def test_deeply_nested_json_is_repaired_by_bump(name: str) -> None:
+    c = conch()
+    c.status()
+    (c.directory / name).write_text(DEEP_JSON)
+    assert cli_ok("conch", "status").returncode == 0
+    assert cli_ok("conch", "bump").returncode == 0
+    assert cli_ok("conch", "wait", "--session", "s", "--timeout", "5").returncode == 0
+    assert holder_session(c) == "s"
+
+
+def test_times_a_year_ahead_are_clamped_and_bump_moves_the_floor() -> None:
+    c = conch()
+    c.status()
+    year_s = 365 * 86400.0
+    ahead = time.time() + year_s
+    for seq, session in ((5, "stuck"), (6, "next")):
+        (c.queue_dir / f"{seq:010d}.json").write_text(json.dumps({
+            "seq": seq, "session": session, "pid": None, "joined_at": ahead,
+            "heartbeat_at": ahead, "order": float(seq)}))  # fmt: skip
+    (c.directory / "grant.json").write_text(json.dumps(
+        {"seq": 5, "session": "stuck", "granted_at": ahead, "claim_by": ahead}))  # fmt: skip
+    state = c.status()
+    assert state.grant is not None and state.grant.claim_by < time.time() + 60
+    assert all(w.heartbeat_at <= time.time() for w in state.waiters)
+    # bump passes the unclaimed grant on at once, rather than doing nothing
+    assert cli_ok("conch", "bump").returncode == 0
+    state = c.status()
+    assert state.grant is not None and state.grant.session == "next"
+    assert [w.session for w in state.waiters] == ["next", "stuck"]
+    # a holder dated a year ahead expires within its expiry, and bump removes it too
+    short = conch(lock_expiry_s=0.5)
+    (c.directory / "holder.json").write_text(json.dumps({
+        "token": "t", "seq": 9, "session": "far", "pid": None,
+        "acquired_at": ahead, "expires_at": ahead}))  # fmt: skip
+    assert short.status().holder.expires_at < time.time() + 1
+    assert cli_ok("conch", "bump").returncode == 0
+    assert c.status().holder is None or c.status().holder.session != "far"
+
+
+def test_sigterm_to_conch_wait_gives_its_place_back() -> None:
+    c = conch()
+    held = c.acquire(session="holder")
+    from runner import start_vocal
+
+    proc = start_vocal("conch", "wait", "--session", "remote", "--timeout", "30")
+    try:
+        wait_until(lambda: queue_sessions(c) == ["remote"], what="the waiter to queue")
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+        assert proc.returncode == 130, err
+        assert b"Traceback" not in err
+        assert queue_sessions(c) == []
+    finally:
+        kill(proc)
+    c.release(held.token)
+
+
+def test_two_processes_of_a_session_holding_the_floor_speak_one_at_a_time() -> None:
+    assert run_vocal("conch", "wait", "--session", "S").returncode == 0
+    first = subprocess.Popen([sys.executable, "-c", SPEAKER, "S", "60"], stdout=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    second = None
+    try:
+        assert first.stdout.readline().split() == ["speaking", "True"]
+        second = subprocess.Popen([sys.executable, "-c", SPEAKER, "S", "60"],
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        time.sleep(1.5)
+        assert second.poll() is None
+        import selectors
+
+        with selectors.DefaultSelector() as sel:
+            sel.register(second.stdout, selectors.EVENT_READ)
+            assert sel.select(0.0) == []  # it waits while the first speaks
+        first.kill()
+        first.wait(10)
+        killed_at = time.monotonic()
+        assert second.stdout.readline().split() == ["speaking", "True"]
+        assert time.monotonic() - killed_at < 2.0
+        assert holder_session(conch()) == "S"  # still the session's floor
+    finally:
+        kill(first)
+        if second is not None:
+            kill(second)
+
+
+def test_a_process_done_speaking_under_its_sessions_floor_lets_the_next_one_speak() -> None:
+    assert run_vocal("conch", "wait", "--session", "S").returncode == 0
+    first = subprocess.Popen([sys.executable, "-c", SPEAKER, "S", "1.0"], stdout=subprocess.PIPE,
+                             text=True)  # fmt: skip
+    second = None
+    try:
+        assert first.stdout.readline().split() == ["speaking", "True"]
+        second = subprocess.Popen([sys.executable, "-c", SPEAKER, "S", "0"],
+                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
+        assert first.stdout.readline().strip() == "done"
+        done_at = time.monotonic()
+        assert second.stdout.readline().split() == ["speaking", "True"]
+        assert time.monotonic() - done_at < 2.0 and first.poll() is None  # it did not wait
+    finally:
+        kill(first)
+        if second is not None:
+            kill(second)
+
+
+def test_a_waiter_whose_record_is_garbled_keeps_its_place_and_can_still_leave() -> None:
+    c = conch()
+    held = c.acquire(session="holder")
+    outcome: list[object] = []
+
+    def wait(session: str) -> None:
+        try:
+            outcome.append(c.acquire(session=session, timeout_s=30))
+        except ConchBusy as busy:
+            outcome.append(busy)
+
+    waiter = threading.Thread(target=wait, args=("w",))
+    waiter.start()
+    wait_until(lambda: queue_sessions(c) == ["w"])
+    for _ in range(2):  # garbled twice: it heals each time
+        (path,) = [p for p in c.queue_dir.iterdir() if p.name.endswith(".json")]
+        path.write_text('{"seq": "garbled"}')
+        assert queue_sessions(c) == []  # set aside...
+        wait_until(lambda: queue_sessions(c) == ["w"], timeout_s=5)  # ...and written back
+    assert c.leave("w") == 1  # leaving is still leaving
+    waiter.join(10)
+    assert isinstance(outcome[0], ConchBusy) and queue_sessions(c) == []
+    c.release(held.token)

@@ -9,9 +9,13 @@ one by one until each is seen in the queue, then releasing the gate.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import random
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -205,9 +209,104 @@ def test_bump_stops_the_speaker_and_the_next_goes(tmp_path: Path) -> None:
     assert silent_at is not None and silent_at - bumped_at < 0.5
     assert timeline(next_out)["started_at_s"] > bumped_at
     spans = recorder.tone_spans(freqs)
+    gap_ms = 1000 * (spans[freqs[1]][0] - spans[freqs[0]][1])
     print(
         f"bump: talker silent {1000 * (spans[freqs[0]][1] - bumped_at):.0f} ms after the "
-        f"command started, next speaker after {1000 * (spans[freqs[1]][0] - spans[freqs[0]][1]):.0f} ms"
+        f"command started, next speaker after {gap_ms:.0f} ms"
     )
     assert spans[freqs[1]][2] > 0.3
     assert recorder.overlap_blocks(freqs) == 0
+
+
+# -- corrupt state and kills (issue 17) -----------------------------------------------------------
+def test_two_plays_of_a_session_holding_the_floor_do_not_overlap(tmp_path: Path) -> None:
+    freqs = FREQUENCIES[:2]
+    files = [tone_wav(tmp_path / f"{f}.wav", f, 1.0) for f in freqs]
+    assert run_vocal("conch", "wait", "--session", "S").returncode == 0
+    with MonitorRecorder() as recorder:
+        procs = [start_vocal("play", str(path), "--session", "S", "--json") for path in files]
+        results = finish(procs, timeout_s=30)
+    for code, _, err in results:
+        assert code == 0, err.decode()
+    spans = recorder.tone_spans(freqs)
+    assert all(spans[f][2] > 0.7 for f in freqs), spans  # each heard whole
+    assert recorder.overlap_blocks(freqs) == 0
+    assert holder_session() == "S"  # the session keeps its floor
+
+
+#: What the corrupter writes over state files: garbage of every kind the issue found.
+GARBAGE = [b"[" * 50_000, b'{"expires_at": "soon"}', b"\xff\xfe", b'{"seq": 1e999}', b"null",
+           b'{"token": "t", "seq": 1, "session": "x", "heartbeat_at": NaN}']  # fmt: skip
+
+
+def corrupt_one(home: Path, rng: random.Random) -> None:
+    """Write garbage over one state file of the conch, history or run directory (never over
+    the configuration: that must survive untouched)."""
+    candidates = [home / "conch" / "holder.json", home / "conch" / "grant.json",
+                  home / "conch" / "lock", home / "history" / "seq"]  # fmt: skip
+    for sub in ("conch/queue", "history", "run"):
+        with contextlib.suppress(OSError):
+            candidates += [p for p in (home / sub).iterdir() if p.suffix == ".json"]
+    target = rng.choice(candidates)
+    with contextlib.suppress(OSError):
+        target.write_bytes(rng.choice(GARBAGE))
+
+
+def test_eight_agents_survive_corruption_and_kills(tmp_path: Path, vocal_home: Path) -> None:
+    """8 agents speak while state files are garbled and processes SIGKILLed at random: never
+    two at once, the configuration kept, and the floor free again within its expiry."""
+    rng = random.Random(17)
+    expiry_s = 3.0
+    env = {"VOCAL_CONCH_LOCK_EXPIRY": str(expiry_s)}
+    files = [tone_wav(tmp_path / f"{f}.wav", f, 0.7) for f in FREQUENCIES]
+    assert run_vocal("volume", "80").returncode == 0
+    config = vocal_home / "config.toml"
+    config.write_text("history_size = 4  # kept\n")
+    kept = {config: config.read_bytes(), vocal_home / "gates.json":
+            (vocal_home / "gates.json").read_bytes()}  # fmt: skip
+    stop = threading.Event()
+    killed: list[int] = []
+
+    def chaos(procs: list[subprocess.Popen]) -> None:
+        while not stop.wait(rng.uniform(0.1, 0.3)):
+            corrupt_one(vocal_home, rng)
+            running = [p for p in procs if p.poll() is None]
+            if running and len(killed) < 3 and rng.random() < 0.15:
+                victim = rng.choice(running)
+                victim.send_signal(signal.SIGKILL)
+                killed.append(victim.pid)
+
+    with MonitorRecorder() as recorder:
+        procs = [start_vocal("play", str(path), "--session", f"a{i}", "--json", env=env)
+                 for i, path in enumerate(files)]  # fmt: skip
+        corrupter = threading.Thread(target=chaos, args=(procs,), daemon=True)
+        corrupter.start()
+        try:
+            results = finish(procs, timeout_s=60)
+        finally:
+            stop.set()
+            corrupter.join(5)
+    # never two at once, whatever happened to the records
+    assert recorder.overlap_blocks(FREQUENCIES) == 0
+    for proc, (code, _, err) in zip(procs, results, strict=True):
+        text = err.decode()
+        assert "Traceback" not in text and "unexpected" not in text, text
+        expected = (-signal.SIGKILL,) if proc.pid in killed else (0, 3)
+        assert code in expected, (code, text)
+        if code == 3:  # a speaker whose record was garbled stops (and says so); a waiter
+            assert "floor was taken" in text, text  # whose record was garbled keeps its place
+    outcomes = [(code, err.decode().strip().splitlines()[-1:]) for code, _, err in results]
+    print("killed:", len(killed), "outcomes:", outcomes)
+    assert any(code == 0 for code, _, _ in results), outcomes
+    # the configuration is untouched
+    for path, content in kept.items():
+        assert path.read_bytes() == content, path
+    # the floor recovers within its expiry, and the state reads clean
+    started = time.monotonic()
+    granted = run_vocal("conch", "wait", "--session", "after", "--timeout", str(expiry_s + 2),
+                        env=env)  # fmt: skip
+    assert granted.returncode == 0, granted.stderr.decode()
+    assert time.monotonic() - started < expiry_s + 2
+    status = run_vocal("conch", "status", "--json")
+    assert status.returncode == 0 and b"Traceback" not in status.stderr
+    assert json.loads(status.stdout)["holder"]["session"] == "after"

@@ -52,6 +52,14 @@ def test_flag_home_overrides_env(tmp_path: Path) -> None:
         ("silence_ms = [", "not valid TOML"),
         ("no_such_setting = 1", "unknown setting"),
         ('silence_ms = "long"', "must be int"),
+        # Issue 17: read as numbers they reached the endpointer as NaN, or as 700 from 700.5.
+        ("max_seconds = nan", "must be a finite number"),
+        ("silence_ms = inf", "must be int"),
+        ("silence_ms = 700.5", "must be int"),
+        ("speed = 0.1", "between 0.25 and 4.0"),
+        ("voice = [1, 2]", "must be str"),
+        ("stt_model = 1979-05-27", "must be str"),
+        ('voice = "a\\u0000b"', "must be str"),
     ],
 )
 def test_bad_config_file_is_a_usage_error(vocal_home: Path, content: str, message: str) -> None:

@@ -421,3 +421,23 @@ def test_client_of_another_uid_is_refused(tmp_path: Path, shared_home: Path) -> 
         out, err = proc.communicate(timeout=15)
     assert proc.returncode == 0, err.decode()
     assert timeline(out)["outcome"] == "finished"
+
+
+# -- corrupt state heals itself (issue 17) ------------------------------------------------------
+@pytest.mark.parametrize("content", [
+    "[" * 100_000 + "]" * 100_000,
+    '{"pid_start": "x", "started_at": "soon"}',
+    '{"started_at": 1e999}',
+    '{"session": {"a": 1}}',
+    '{"pid": 1}',
+])  # fmt: skip
+def test_a_malformed_run_record_is_quarantined(content: str) -> None:
+    run_dir = load_settings().run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    name = f"{os.getpid()}.json"
+    (run_dir / name).write_text(content)
+    assert endpoints(run_dir) == []
+    assert [n for n in os.listdir(run_dir) if n.startswith(f"{name}.bad-")]
+    result = run_vocal("control", "status", "--json", timeout=30)
+    assert result.returncode == 0 and result.stdout.strip() == b"[]", result.stderr
+    assert b"Traceback" not in result.stderr

@@ -132,3 +132,17 @@ def test_a_broken_config_is_reported_and_the_rest_still_checked(vocal_home: Path
     assert code == 1 and checks["config"]["status"] == "fail"
     assert "not valid TOML" in checks["config"]["detail"]
     assert checks["state directory"]["status"] == "ok"
+
+
+def test_a_malformed_state_file_is_set_aside_and_reported(vocal_home: Path) -> None:
+    """Deeply nested JSON in gates.json (issue 17): `vocal volume` still works (the file is
+    quarantined, not a crash), and doctor names what was set aside."""
+    vocal_home.mkdir(parents=True, exist_ok=True)
+    (vocal_home / "gates.json").write_text("[" * 100_000 + "]" * 100_000)
+    fixed = run_vocal("volume", "50")
+    assert fixed.returncode == 0, fixed.stderr.decode()
+    assert b"Traceback" not in fixed.stderr
+    code, checks, _ = doctor()
+    assert checks["state files"]["status"] == "warn", checks["state files"]
+    assert "gates.json.bad-" in checks["state files"]["detail"]
+    assert checks["state files"]["fix"]

@@ -96,3 +96,39 @@ def test_volume_gate_sets_the_playback_gain(vocal_home: Path) -> None:
     result = speak("Twice as loud.", SpeakOptions(engine="espeak-ng", volume=1.5), load_settings(),
                    on_start=lambda s: seen.append(s.output.volume))  # fmt: skip
     assert seen == [0.5, 1.5]
+
+
+# -- corrupt state heals itself (issue 17) ------------------------------------------------------
+BAD_GATES = [
+    "[" * 100_000 + "]" * 100_000,  # RecursionError in json
+    '{"muted": "yes", "volume_percent": 50}',
+    '{"muted": false, "volume_percent": 1e999}',
+    '{"muted": false, "volume_percent": NaN}',
+    "\xff\xfe",
+    "[]",
+]
+
+
+@pytest.mark.parametrize("content", BAD_GATES)
+def test_a_malformed_gates_file_is_quarantined_and_repaired(vocal_home: Path,
+                                                            content: str) -> None:  # fmt: skip
+    vocal_home.mkdir(parents=True, exist_ok=True)
+    gates_path(vocal_home).write_text(content, errors="surrogateescape")
+    assert read_gates(vocal_home) == Gates()
+    assert [p.name.startswith("gates.json.bad-") for p in vocal_home.iterdir()
+            if ".bad-" in p.name] == [True]  # fmt: skip
+    assert "gates.json" in (vocal_home / "logs" / "statefiles.log").read_text()
+
+
+@pytest.mark.parametrize("repair", [["unmute"], ["volume", "50"], ["volume"], ["mute"]])
+def test_repair_commands_work_over_deep_json(vocal_home: Path, repair: list[str]) -> None:
+    vocal_home.mkdir(parents=True, exist_ok=True)
+    gates_path(vocal_home).write_text(BAD_GATES[0])
+    result = run_vocal(*repair)
+    assert result.returncode == 0, result.stderr
+    assert b"Traceback" not in result.stderr and b"unexpected" not in result.stderr
+    if repair == ["volume"]:  # only reads: the defaults, the bad file set aside
+        assert result.stdout.strip() == b"100" and not gates_path(vocal_home).exists()
+        return
+    assert json.loads(gates_path(vocal_home).read_text())["volume_percent"] in (50, 100)
+    assert gates_path(vocal_home).stat().st_mode & 0o077 == 0

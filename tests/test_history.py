@@ -243,3 +243,82 @@ def test_skip_back_walks_the_history_across_process_restarts(
     assert [u.text for u in fresh().entries()] == ["u5", "u4", "u3", "u2"]  # size 4, u1 gone
     assert endpoints(load_settings().run_dir) == []
     assert os.listdir(load_settings().run_dir) == []
+
+
+# -- corrupt state heals itself (issue 17) ------------------------------------------------------
+#: A writer process: records argv[2] utterances of 50 ms into a history of size argv[1].
+WRITER = """
+import sys
+import numpy as np
+from vocal.audio import Audio
+from vocal.config import load_settings
+from vocal.history import History
+history = History(load_settings().history_dir, int(sys.argv[1]))
+for i in range(int(sys.argv[2])):
+    with history.begin(text=f"w{i}", voice=None, sample_rate=16000) as recording:
+        recording.append(np.zeros(800, np.float32))
+"""
+
+
+def entry_files(directory: Path) -> tuple[set[str], set[str]]:
+    names = os.listdir(directory)
+    return ({n[:-5] for n in names if n.endswith(".json") and n[:-5].isdigit()},
+            {n[:-4] for n in names if n.endswith(".pcm")})  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", [
+    {"sample_rate": float("inf")}, {"sample_rate": 1}, {"sample_rate": "16000"},
+    {"created_at": float("nan")}, {"text": ["x"]}, {"id": 5}, {"complete": "yes"},
+])  # fmt: skip
+def test_a_malformed_entry_is_quarantined_and_the_size_limit_holds(bad: dict) -> None:
+    history = fresh(3)
+    history.record(tone(300), text="good")
+    path = history.directory / "000002.json"
+    path.write_text(json.dumps({"id": 2, "text": "bad", "sample_rate": 16000, **bad},
+                               allow_nan=True))  # fmt: skip
+    (history.directory / "000002.pcm").write_bytes(b"\0\0" * 100)
+    (history.directory / "seq").write_text("2")
+    assert [u.text for u in fresh(3).entries()] == ["good"]
+    assert any(n.startswith("000002.json.bad-") for n in os.listdir(history.directory))
+    for i in range(5):  # speaking goes on, and the limit holds
+        history.record(tone(300), text=f"u{i}")
+    assert [u.text for u in fresh(3).entries()] == ["u4", "u3", "u2"]
+    jsons, pcms = entry_files(history.directory)
+    assert jsons == pcms and len(jsons) == 3
+    listing = run_vocal("replay", "--list", "--json")
+    assert listing.returncode == 0 and b"Traceback" not in listing.stderr
+
+
+def test_sample_rate_1e999_does_not_break_speaking_through_the_cli() -> None:
+    history = fresh()
+    history.record(tone(300), text="good")
+    (history.directory / "000002.json").write_text(
+        '{"id": 2, "text": "x", "sample_rate": 1e999}')  # fmt: skip
+    (history.directory / "000002.pcm").write_bytes(b"")
+    result = run_vocal("replay", "--list")
+    assert result.returncode == 0, result.stderr
+    assert b"good" in result.stdout and b"unexpected" not in result.stderr
+    assert run_vocal("replay", "1", "--output", os.devnull).returncode in (0, 1, 2)
+
+
+def test_orphans_are_trimmed() -> None:
+    history = fresh(2)
+    history.record(tone(300), text="a")
+    (history.directory / "000007.json").write_text(json.dumps({"id": 7, "sample_rate": 16000}))
+    (history.directory / "000008.pcm").write_bytes(b"\0\0")
+    (history.directory / "000009.json").write_text("[" * 50_000)
+    history.record(tone(300), text="b")
+    jsons, pcms = entry_files(history.directory)
+    assert jsons == pcms and len(jsons) == 2
+    assert [u.text for u in fresh(2).entries()] == ["b", "a"]
+
+
+def test_ten_concurrent_writers_leave_no_orphans() -> None:
+    directory = load_settings().history_dir
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER, "3", "6"]) for _ in range(10)]
+    for writer in writers:
+        assert writer.wait(120) == 0
+    jsons, pcms = entry_files(directory)
+    assert jsons == pcms, (sorted(jsons), sorted(pcms))
+    assert len(jsons) == 3
+    assert all(u.complete for u in fresh(3).entries())

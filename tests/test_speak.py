@@ -7,7 +7,11 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -123,8 +127,12 @@ def test_speak_plays_through_the_speaker_and_reports_timings() -> None:
 
 @pytest.mark.audio
 @pytest.mark.usefixtures("pulse")
-def test_a_50_kb_paragraph_starts_at_once_and_stops_on_ctrl_c() -> None:
-    paragraph = ("the quick brown fox jumps over the lazy dog and keeps running " * 800)[:50_000]
+def test_a_long_paragraph_starts_at_once_and_stops_on_ctrl_c() -> None:
+    # Just under the text limit (vocal.text.MAX_TEXT_CHARS, ~23 minutes of speech: issue 17).
+    from vocal.text import MAX_TEXT_CHARS
+
+    sentence = "the quick brown fox jumps over the lazy dog and keeps running "
+    paragraph = (sentence * 800)[: MAX_TEXT_CHARS - 10]
     process = subprocess.Popen(
         [sys.executable, "-m", "vocal", "speak", "-"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -222,3 +230,81 @@ def test_a_long_first_sentence_is_spoken_in_two_pieces() -> None:
     ]
     late = "This sentence has its only clause break very late in it, here."
     assert split_first_clause(late) == [late]
+
+
+# -- a failed write never touches the existing file (issue 17) -----------------------------------
+@contextmanager
+def failing_second_sentence() -> Iterator[dict[str, str]]:
+    """An OpenAI-compatible endpoint that speaks the first sentence and fails every later one:
+    a turn that fails half way, with audio already synthesized."""
+    import numpy as np
+
+    from vocal.audio import Audio, wav_bytes
+
+    calls = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            self.rfile.read(int(self.headers["Content-Length"]))
+            calls.append(self.path)
+            if len(calls) == 1:
+                tone = np.sin(np.arange(24_000) * 0.05).astype(np.float32) * 0.3
+                status, data, kind = 200, wav_bytes(Audio(tone, 24_000)), "audio/wav"
+            else:
+                status, data, kind = 500, b'{"error": "overloaded"}', "application/json"
+            self.send_response(status)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield {"VOCAL_OPENAI_BASE_URL": f"http://127.0.0.1:{server.server_address[1]}/v1",
+               "OPENAI_API_KEY": "k"}  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(calls) >= 2, "the failure came before the second sentence"
+
+
+SENTENCES = "The first sentence is spoken. The second one fails. A third one never comes."
+
+
+@pytest.mark.parametrize("failure", ["half way", "unreachable", "missing engine"])
+def test_a_failed_speak_leaves_an_existing_file_byte_for_byte(failure: str, tmp_path: Path) -> None:
+    keep = tmp_path / "keep.wav"
+    keep.write_bytes(b"RIFF" + bytes(range(256)) * 40)  # the user's file, whatever it holds
+    before = keep.read_bytes()
+    out = ("-o", str(keep))
+    if failure == "half way":
+        with failing_second_sentence() as env:
+            result = run_vocal("speak", "--engine", "openai", *out, SENTENCES, env=env)
+    elif failure == "unreachable":
+        env = {"VOCAL_OPENAI_BASE_URL": f"http://127.0.0.1:{closed_port()}/v1",
+               "OPENAI_API_KEY": "k"}  # fmt: skip
+        result = run_vocal("speak", "--engine", "openai", *out, SENTENCES, env=env)
+    else:
+        result = run_vocal("speak", "--engine", "say", *out, SENTENCES)
+    assert result.returncode != 0, result.stderr.decode()
+    assert b"Traceback" not in result.stderr
+    assert keep.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.wav"]  # no temporary file left
+
+
+@pytest.mark.parametrize("command", ["speak", "play"])
+def test_output_to_a_directory_is_one_clear_error(command: str, tmp_path: Path) -> None:
+    source = tmp_path / "in.wav"
+    subprocess.run(["espeak-ng", "-w", str(source), "Hello."], check=True)
+    args = [str(source)] if command == "play" else ["--engine", "espeak-ng", "Hello. Again."]
+    for target in (tmp_path, tmp_path / "missing" / "out.wav"):
+        result = run_vocal(command, *args, "-o", str(target))
+        assert result.returncode == 2
+        err = result.stderr.decode()
+        assert "Traceback" not in err and "unexpected" not in err, err
+        assert err.count("vocal: error:") == 1 and len(err.strip().splitlines()) == 1, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.wav"]

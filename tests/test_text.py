@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
+from vocal.errors import UsageError
 from vocal.text import (
     MAX_SENTENCE_CHARS,
+    MAX_TEXT_CHARS,
+    check_text_length,
     clean_line,
     clean_text,
     extract_quotes,
@@ -139,3 +144,29 @@ def test_no_quotes_means_nothing_to_say() -> None:
 def test_unclosed_fence_hides_the_rest() -> None:
     assert extract_quotes("```\n> never spoken\n") == []
     assert speakable_lines("Said.\n```\nnot said\n") == ["Said."]
+
+
+# -- limits (issue 17) ---------------------------------------------------------------------------
+def test_text_longer_than_the_limit_is_a_usage_error() -> None:
+    assert check_text_length("x" * MAX_TEXT_CHARS) == "x" * MAX_TEXT_CHARS
+    with pytest.raises(UsageError, match=f"too long: {MAX_TEXT_CHARS + 1} characters"):
+        check_text_length("x" * (MAX_TEXT_CHARS + 1))
+
+
+@pytest.mark.parametrize("pattern", ["*a ", "_a ", "~~a ", "**a ", "`a ", "[a](", "<a "])
+def test_a_line_of_unclosed_markup_as_long_as_the_limit_cleans_fast(pattern: str) -> None:
+    # Emphasis looked for its closing marker to the end of the line from every opener: a
+    # 20,000-character line of "*a " took seconds of CPU before a word was spoken.
+    line = (pattern * (MAX_TEXT_CHARS // len(pattern) + 1))[:MAX_TEXT_CHARS]
+    started = time.monotonic()
+    sentences = split_sentences(clean_text(line))
+    extract_quotes(line)
+    assert time.monotonic() - started < 1.0
+    assert all(len(s) <= MAX_SENTENCE_CHARS for s in sentences)
+
+
+def test_emphasis_is_still_removed() -> None:
+    line = "a **bold** and _light_ and ~~gone~~ word"
+    assert clean_line(line) == "a bold and light and gone word"
+    long_bold = "**" + "very " * 40 + "long**"
+    assert clean_line(long_bold) == ("very " * 40 + "long").strip()

@@ -156,6 +156,11 @@ def test_options_are_checked() -> None:
         EndpointOptions(start_threshold=0.3, stop_threshold=0.5)
     with pytest.raises(ValueError):
         EndpointOptions(max_duration_s=0)
+    # Issue 17: NaN passed the `<= 0` checks (VOCAL_MAX_SECONDS=nan), infinity never ends.
+    for bad in ({"min_silence_ms": float("nan")}, {"max_duration_s": float("nan")},
+                {"no_speech_timeout_s": float("inf")}, {"pre_roll_ms": -1}):  # fmt: skip
+        with pytest.raises(ValueError):
+            EndpointOptions(**bad)
 
 
 # -- the real model ------------------------------------------------------------------------------

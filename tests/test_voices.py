@@ -96,6 +96,9 @@ def test_good_names_are_accepted(name: str) -> None:
         ("a" * 65, "longer than 64"),
         ("two words", "letters, digits"),
         ("-flag", "letters, digits"),
+        ("alice\n", "letters, digits"),  # `$` matched before a trailing newline (issue 17)
+        ("alice\r", "letters, digits"),
+        ("al\x00ice", "letters, digits"),
     ],
 )
 def test_bad_names_are_refused_with_the_reason(name: str, reason: str) -> None:
@@ -422,6 +425,88 @@ def test_remove_deletes_the_voice(good_clip: Path, store: VoiceStore) -> None:
     again = run_vocal("voices", "remove", "alice")
     assert again.returncode == EXIT_USAGE and "no voice named 'alice'" in stderr(again)
     assert run_vocal("voices", "remove", "../..").returncode == EXIT_USAGE
+
+
+# -- only what vocal made (issue 17) -----------------------------------------------------------
+@pytest.fixture
+def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """VOCAL_VOICES_DIR pointed at a folder of the user's, with a project in it."""
+    folder = tmp_path / "user"
+    (folder / "Projects" / "src").mkdir(parents=True)
+    (folder / "Projects" / "src" / "main.py").write_text("print('years of work')\n")
+    (folder / "Projects" / "README.md").write_text("# mine\n")
+    monkeypatch.setenv("VOCAL_VOICES_DIR", str(folder))
+    return folder
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_folder_of_the_users_is_never_removed_or_replaced(
+    user_folder: Path, good_clip: Path
+) -> None:
+    before = snapshot(user_folder)
+    removed = run_vocal("voices", "remove", "Projects")
+    assert removed.returncode == EXIT_USAGE
+    assert "refusing to remove" in stderr(removed) and "README.md, src" in stderr(removed)
+    assert "Traceback" not in stderr(removed)
+    replaced = run_vocal("voices", "add", "Projects", str(good_clip), "--force")
+    assert replaced.returncode == EXIT_USAGE and "refusing to replace" in stderr(replaced)
+    plain = run_vocal("voices", "add", "Projects", str(good_clip))
+    assert plain.returncode == EXIT_USAGE and "--force" not in stderr(plain)
+    used = run_vocal("voices", "use", "Projects", "x")
+    assert used.returncode == EXIT_USAGE and "refusing to change" in stderr(used)
+    listed = run_vocal("voices", "list")
+    assert listed.returncode == 0, stderr(listed)
+    assert "! Projects" in listed.stdout.decode() and "not a voice" in listed.stdout.decode()
+    assert "--force" not in listed.stdout.decode()
+    assert snapshot(user_folder) == before
+
+
+def test_remove_takes_a_voice_vocal_made_and_an_older_unmarked_one(
+    good_clip: Path, store: VoiceStore
+) -> None:
+    store.add("alice", good_clip, description="made here")
+    assert (store.root / "alice" / ".vocal-voice").is_file()
+    older = store.root / "older"  # an older vocal's voice: no marker, vocal's layout only
+    older.mkdir()
+    (older / "default.wav").write_bytes((store.root / "alice" / "my-take.wav").read_bytes())
+    (older / "description.txt").write_text("older\n")
+    for name in ("alice", "older"):
+        result = run_vocal("voices", "remove", name)
+        assert result.returncode == 0, stderr(result)
+        assert not (store.root / name).exists()
+
+
+def test_a_voice_with_a_file_of_the_users_in_it_is_not_removed(
+    good_clip: Path, store: VoiceStore
+) -> None:
+    store.add("alice", good_clip)
+    (store.root / "alice" / "notes.txt").write_text("mine\n")
+    result = run_vocal("voices", "remove", "alice")
+    assert result.returncode == EXIT_USAGE and "notes.txt" in stderr(result)
+    assert (store.root / "alice" / "notes.txt").read_text() == "mine\n"
+    assert (store.root / "alice" / "my-take.wav").is_file()
+
+
+def test_a_default_link_leading_out_of_the_voice_is_refused(
+    good_clip: Path, store: VoiceStore, tmp_path: Path
+) -> None:
+    store.add("alice", good_clip)
+    secret = tmp_path / "secret.wav"
+    secret.write_bytes((store.root / "alice" / "my-take.wav").read_bytes())
+    for target in (str(secret), "../../secret.wav"):
+        link = store.root / "alice" / "default.wav"
+        link.unlink()
+        link.symlink_to(target)
+        voice = store.get("alice")
+        assert voice.problem is not None and "outside the voice's directory" in voice.problem
+        with pytest.raises(UsageError, match="outside"):
+            voice.reference()
+        result = run_vocal("voices", "remove", "alice")
+        assert result.returncode == EXIT_USAGE
+        assert secret.is_file()
 
 
 # -- resolve_voice: what --voice NAME means ----------------------------------------------------

@@ -4,6 +4,16 @@ WAV is parsed here rather than with the standard `wave` module because vocal mus
 WAVs, WAVE_FORMAT_EXTENSIBLE files and espeak-ng's streamed WAVs, whose header carries a
 placeholder length (the data chunk runs to the end of the file), and must turn every malformed
 file into one clear error instead of a traceback.
+
+It stands beside soundfile (which `vocal voices add` and cues use for FLAC, OGG and MP3) on
+purpose: it needs no native library (libsndfile may be missing), it checks the named limits
+below on the header before a sample is decoded (libsndfile decodes whatever the header claims),
+and it refused all 25 malformed files of issue 17 with one clear line each.
+
+Input limits (issue 17: a 16 KB WAV at 1 Hz made `listen` use 794 MB and `voices add` 3.8 GB; a
+400 KB one died in the resampler with std::bad_alloc; `/dev/zero` was read for ever) are named
+constants, checked before decoding: `MIN_SAMPLE_RATE`..`MAX_SAMPLE_RATE`, `MAX_WAV_BYTES` (a
+file is not read past it, so an endless stream ends) and `MAX_WAV_DURATION_S`.
 """
 
 from __future__ import annotations
@@ -28,7 +38,22 @@ _WAVE_FORMAT_EXTENSIBLE = 0xFFFE
 # A fmt chunk is 16, 18 or 40 bytes; anything far larger is a corrupt or hostile header.
 _MAX_FMT_CHUNK_BYTES = 1024
 _MAX_CHANNELS = 64
-_MAX_SAMPLE_RATE = 768_000
+#: The lowest WAV rate read. Real recordings go down to 8 kHz (telephony) and a few old formats
+#: to 5.5 kHz; below 4 kHz no speech band is left to hear, and a rate near 1 Hz turns a few KB
+#: into hours of audio that resampling to 16 kHz multiplies (issue 17: 794 MB from 16 KB).
+MIN_SAMPLE_RATE = 4_000
+#: The highest WAV rate read: 768 kHz is the top of what audio interfaces record.
+MAX_SAMPLE_RATE = 768_000
+#: The longest WAV read, in seconds: 20 minutes is twenty times `listen`'s default cap of 60 s
+#: and a hundred times a voice's 5-9 s reference clip, yet decodes to at most ~77 MB at 16 kHz.
+MAX_WAV_DURATION_S = 20 * 60
+#: The largest WAV file read, in bytes: 128 MiB holds 20 minutes of 48 kHz mono 16-bit (115 MB)
+#: and bounds the memory decoding takes (at most 4 bytes of float32 per byte read, 8-bit PCM).
+#: A stream (a pipe, a device) is read up to this and no further.
+MAX_WAV_BYTES = 128 * 1024 * 1024
+#: Streams and devices are read in pieces this large, so a non-WAV stream (/dev/zero) is known
+#: for what it is after one piece.
+_READ_PIECE_BYTES = 1024 * 1024
 # Data-chunk sizes that streaming writers (espeak-ng --stdout, ffmpeg pipes) leave as placeholders.
 _PLACEHOLDER_SIZES = (0, 0x7FFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF - 36)
 
@@ -122,29 +147,75 @@ def read_wav(source: str | os.PathLike | bytes | BinaryIO, *, allow_empty: bool 
     """
     name = "<stdin>" if not isinstance(source, (str, os.PathLike)) else os.fspath(source)
     if isinstance(source, (str, os.PathLike)):
-        path = Path(source)
-        if path.is_dir():
-            raise UsageError(f"{path} is a directory, not a WAV file")
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise UsageError(f"{path}: no such file") from None
-        except PermissionError:
-            raise UsageError(f"{path}: permission denied") from None
-        except OSError as exc:
-            raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+        data = _read_file(Path(source))
     elif isinstance(source, bytes):
         data = source
     else:
-        data = source.read()
+        data = _read_limited(source, name)
     audio = parse_wav(data, name=name)
     if audio.frames == 0 and not allow_empty:
         raise AudioFormatError(f"{name}: the WAV file holds no audio (0 samples)")
     return audio
 
 
+def _read_file(path: Path) -> bytes:
+    """The bytes of the file at `path`: a regular file over `MAX_WAV_BYTES` is refused before
+    it is read, anything else (a device, a FIFO) is read up to the limit."""
+    if path.is_dir():
+        raise UsageError(f"{path} is a directory, not a WAV file")
+    try:
+        with open(path, "rb") as stream:
+            info = os.fstat(stream.fileno())
+            if stat.S_ISREG(info.st_mode) and info.st_size > MAX_WAV_BYTES:
+                raise _too_large(str(path))
+            return _read_limited(stream, str(path))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except PermissionError:
+        raise UsageError(f"{path}: permission denied") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def _read_limited(stream: BinaryIO, name: str) -> bytes:
+    """Read `stream` to its end, but never more than `MAX_WAV_BYTES` (+1 to know it is over).
+
+    A stream that does not start like a WAV file stops after its first piece: parse_wav says
+    what it is, and `/dev/zero` is not read for ever."""
+    pieces: list[bytes] = []
+    total = 0
+    while total <= MAX_WAV_BYTES:
+        piece = stream.read(min(_READ_PIECE_BYTES, MAX_WAV_BYTES + 1 - total))
+        if not piece:
+            break
+        pieces.append(piece)
+        total += len(piece)
+        if total >= 12 and total == len(piece) and not _looks_like_riff(piece):
+            break
+    if total > MAX_WAV_BYTES:
+        raise _too_large(name)
+    return b"".join(pieces)
+
+
+def _looks_like_riff(head: bytes) -> bool:
+    return head[:4] in (b"RIFF", b"RIFX") and head[8:12] == b"WAVE"
+
+
+def _too_large(name: str) -> AudioFormatError:
+    return AudioFormatError(
+        f"{name}: the file is larger than {MAX_WAV_BYTES // (1024 * 1024)} MiB, "
+        "the limit for a WAV file",
+        hint="cut it first, e.g. `sox in.wav out.wav trim 0 60`",
+    )
+
+
 def parse_wav(data: bytes, *, name: str = "<bytes>") -> Audio:
-    """Parse the bytes of a RIFF/WAVE file. See `read_wav`."""
+    """Parse the bytes of a RIFF/WAVE file. See `read_wav`.
+
+    The limits (`MAX_WAV_BYTES`, the sample-rate range, `MAX_WAV_DURATION_S`) are checked on
+    the header, before any sample is decoded."""
+    if len(data) > MAX_WAV_BYTES:
+        raise _too_large(name)
     if len(data) < 12 or data[:4] not in (b"RIFF", b"RIFX") or data[8:12] != b"WAVE":
         hint = "convert it first, e.g. `sox in.mp3 out.wav`" if data else None
         what = "an empty file" if not data else "not a WAV file (no RIFF/WAVE header)"
@@ -180,6 +251,24 @@ def parse_wav(data: bytes, *, name: str = "<bytes>") -> Audio:
     raise AudioFormatError(f"{name}: the WAV file holds no audio (no data chunk)")
 
 
+def check_audio_limits(name: str, *, sample_rate: int, frames: int | None = None) -> None:
+    """An `AudioFormatError` (exit 2) when a header's rate is outside `MIN_SAMPLE_RATE`..
+    `MAX_SAMPLE_RATE` or its `frames` last longer than `MAX_WAV_DURATION_S`: checked before
+    decoding, here and by any other decoder (soundfile's `info` says both for FLAC or OGG)."""
+    if not MIN_SAMPLE_RATE <= sample_rate <= MAX_SAMPLE_RATE:
+        raise AudioFormatError(
+            f"{name}: the header says a sample rate of {sample_rate} Hz "
+            f"(vocal reads {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz)",
+            hint="resample it first, e.g. `sox in.wav -r 16000 out.wav`",
+        )
+    if frames is not None and frames / sample_rate > MAX_WAV_DURATION_S:
+        raise AudioFormatError(
+            f"{name}: {frames / sample_rate:.0f} s of audio, over the limit of "
+            f"{MAX_WAV_DURATION_S} s",
+            hint="cut it first, e.g. `sox in.wav out.wav trim 0 60`",
+        )
+
+
 def _parse_fmt(chunk: bytes, name: str) -> tuple[int, int, int, int]:
     format_tag, channels, sample_rate, _byte_rate, _block_align, bits = struct.unpack_from(
         "<HHIIHH", chunk
@@ -192,8 +281,7 @@ def _parse_fmt(chunk: bytes, name: str) -> tuple[int, int, int, int]:
         raise AudioFormatError(f"{name}: the WAV header says 0 channels")
     if channels > _MAX_CHANNELS:
         raise AudioFormatError(f"{name}: the WAV header says {channels} channels")
-    if not 0 < sample_rate <= _MAX_SAMPLE_RATE:
-        raise AudioFormatError(f"{name}: the WAV header says a sample rate of {sample_rate} Hz")
+    check_audio_limits(name, sample_rate=sample_rate)
     supported = {_WAVE_FORMAT_PCM: (8, 16, 24, 32), _WAVE_FORMAT_IEEE_FLOAT: (32, 64)}
     if format_tag not in supported:
         raise AudioFormatError(
@@ -209,10 +297,13 @@ def _decode(payload: bytes, fmt: tuple[int, int, int, int], name: str) -> Audio:
     format_tag, channels, sample_rate, bits = fmt
     frame_bytes = channels * bits // 8
     usable = len(payload) - len(payload) % frame_bytes  # a streamed file may end mid-frame
+    check_audio_limits(name, sample_rate=sample_rate, frames=usable // frame_bytes)
     raw = payload[:usable]
     if format_tag == _WAVE_FORMAT_IEEE_FLOAT:
         samples = np.frombuffer(raw, dtype="<f4" if bits == 32 else "<f8").astype(np.float32)
-        samples = np.nan_to_num(samples, nan=0.0, posinf=1.0, neginf=-1.0)
+        # Audio's samples are in [-1, 1]: a float file may hold NaN, infinities or 1e38, whose
+        # square is infinite in float32 (an RMS, a level meter).
+        samples = np.clip(np.nan_to_num(samples, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0)
     elif bits == 8:
         samples = (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
     elif bits == 16:

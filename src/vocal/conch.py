@@ -31,7 +31,14 @@ a `wait` that is blocked refreshes the place itself. Remote agents (`wait_remote
 
 A floor granted to a remote session is held with no process behind it: it lasts
 `VOCAL_CONCH_LOCK_EXPIRY` from the grant and from each heartbeat (or `wait`) of that session,
-and the session's own `vocal speak`/`converse` commands speak without queueing meanwhile.
+and the session's own `vocal speak`/`converse` commands speak without queueing meanwhile, one
+process at a time (the holder record names the one speaking; a second one waits for it).
+
+Every record is validated field by field as it is read (`vocal.statefiles.read_record`): a
+malformed one is quarantined and treated as absent, so a corrupt file frees the floor instead of
+locking it, and times are clamped to the configured limits (a heartbeat or grant dated a year
+ahead counts as now; a hold lasts at most its expiry from now), with the clamped record written
+back (issue 17).
 
 Standard library only: `vocal conch status` is on the fast-start path.
 """
@@ -41,24 +48,29 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vocal.errors import ConchTimeout, UsageError
+from vocal.errors import ConchTimeout, Interrupted, UsageError
 from vocal.statefiles import (
     HOST,
+    QUARANTINE_MARK,
+    BadRecord,
     SocketPath,
+    finite,
     locked,
     next_counter,
     pid_alive,
     private_dir,
     process_start,
-    read_json,
+    read_record,
+    record_from,
     unlink,
     write_json,
 )
@@ -80,6 +92,14 @@ TICK_S = 0.5
 #: holder is still talking until its watcher looks (every 50 ms) and its device buffer
 #: (~30 ms) drains. A SIGKILLed holder falls silent at once and needs no such pause.
 BUMP_SETTLE_S = 0.25
+#: The longest hold a record may claim (its `expiry_s`): a forged record cannot pin the floor
+#: for longer than this past its last renewal, whatever VOCAL_CONCH_LOCK_EXPIRY says.
+MAX_LOCK_EXPIRY_S = 86400.0
+#: Ranges of the integer fields of the records: pids and clock-tick start times as the kernel
+#: gives them (os.kill raises OverflowError past a C int), sequence numbers as we hand them out.
+_PID_RANGE = (1, 2**31 - 1)
+_TICKS_RANGE = (0, 2**63 - 1)
+_SEQ_RANGE = (0, 10**18)
 
 
 class ConchBusy(ConchTimeout):
@@ -104,15 +124,6 @@ class ConchCancelled(Exception):
     """A wait for the floor was cancelled by the caller (e.g. `vocal control stop`)."""
 
 
-def _record(cls: type, data: Any) -> Any:
-    if not isinstance(data, dict):
-        return None
-    try:
-        return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
-    except TypeError:  # a record missing required keys: a foreign or torn file
-        return None
-
-
 @dataclass
 class Holder:
     """Who has the floor. `pid` is None for a session that holds it between commands
@@ -128,9 +139,26 @@ class Holder:
     host: str = HOST
     acquired_at: float = 0.0
     expires_at: float = 0.0
+    #: The hold's length from each renewal (the VOCAL_CONCH_LOCK_EXPIRY of whoever renewed it):
+    #: the limit its `expires_at` is clamped to. 0: unknown (an older record).
+    expiry_s: float = 0.0
+    #: For a hold with no process (pid None): the session's process speaking under it now.
+    speaker_pid: int | None = None
+    speaker_start: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def parse_holder(data: Any) -> Holder:
+    """A `Holder` from the JSON of holder.json; raises BadRecord if any field is wrong."""
+    holder = record_from(Holder, data, {"seq": _SEQ_RANGE, "pid": _PID_RANGE,
+                                        "pid_start": _TICKS_RANGE, "speaker_pid": _PID_RANGE,
+                                        "speaker_start": _TICKS_RANGE,
+                                        "expiry_s": (0.0, MAX_LOCK_EXPIRY_S)})  # fmt: skip
+    if not holder.token:
+        raise BadRecord("holder: empty token")
+    return holder
 
 
 @dataclass
@@ -156,6 +184,16 @@ class Waiter:
         return asdict(self)
 
 
+def parse_waiter(data: Any, seq: int | None = None) -> Waiter:
+    """A `Waiter` from the JSON of queue/N.json (N = `seq`, which the record must repeat: the
+    file is removed by that number); raises BadRecord if any field is wrong."""
+    waiter = record_from(Waiter, data, {"seq": _SEQ_RANGE, "pid": _PID_RANGE,
+                                        "pid_start": _TICKS_RANGE})  # fmt: skip
+    if seq is not None and waiter.seq != seq:
+        raise BadRecord(f"waiter: seq {waiter.seq} in the file of waiter {seq}")
+    return waiter
+
+
 @dataclass
 class Grant:
     """The floor offered to waiter `seq` until `claim_by`."""
@@ -167,6 +205,18 @@ class Grant:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def parse_grant(data: Any) -> Grant:
+    """A `Grant` from the JSON of grant.json; raises BadRecord if any field is wrong."""
+    return record_from(Grant, data, {"seq": _SEQ_RANGE})
+
+
+def parse_quiet(data: Any) -> float:
+    """The time in quiet.json (when a bumped holder is surely silent)."""
+    if not finite(data):
+        raise BadRecord(f"quiet: {str(data)[:40]!r} is not a time")
+    return float(data)
 
 
 @dataclass
@@ -260,8 +310,11 @@ class Conch:
         local_claim_s: float = LOCAL_CLAIM_S,
         remote_claim_s: float = REMOTE_CLAIM_S,
         wake: bool = True,
+        log_dir: Path | None = None,
     ) -> None:
         self.directory = Path(directory)
+        #: Where quarantined records are logged (the state directory's logs/ by default).
+        self.log_dir = Path(log_dir) if log_dir is not None else self.directory.parent / "logs"
         self.lock_expiry_s = lock_expiry_s
         self.remote_ttl_s = remote_ttl_s
         self.local_claim_s = local_claim_s
@@ -282,6 +335,7 @@ class Conch:
             settings.conch_dir,
             lock_expiry_s=settings.conch_lock_expiry_s,
             remote_ttl_s=settings.conch_remote_ttl_s,
+            log_dir=settings.log_dir,
         )
 
     # -- files ------------------------------------------------------------------------------
@@ -298,25 +352,77 @@ class Conch:
     def _wake_path(self, seq: int) -> Path:
         return self.queue_dir / f"{seq:010d}.wake"
 
-    def _read_holder(self) -> Holder | None:
-        return _record(Holder, read_json(self._holder_path))
+    def _read_holder(self, *, locked: bool = True) -> Holder | None:
+        """The holder record; a malformed one is quarantined if we hold the lock (`locked`).
+
+        A holder whose record was garbled may still be talking until its watcher notices (it
+        reads no token there): the next speaker pauses as after a bump, so the two never
+        overlap."""
+        return read_record(self._holder_path, parse_holder, log_dir=self.log_dir,
+                           quarantine_bad=locked, on_bad=self._settle)  # fmt: skip
+
+    def _settle(self, _reason: str = "") -> None:
+        """Under the lock: make the next speaker wait BUMP_SETTLE_S (see `acquire`)."""
+        write_json(self._quiet_path, time.time() + BUMP_SETTLE_S)
 
     def _read_grant(self) -> Grant | None:
-        return _record(Grant, read_json(self._grant_path))
+        return read_record(self._grant_path, parse_grant, log_dir=self.log_dir)
 
     def _read_waiters(self) -> list[Waiter]:
         waiters = []
         try:
             names = os.listdir(self.queue_dir)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
         for name in names:
             if name.endswith(".json") and not name.startswith("."):
-                waiter = _record(Waiter, read_json(self.queue_dir / name))
+                seq = int(name[:-5]) if name[:-5].isdigit() else -1  # -1: never a valid seq
+                waiter = read_record(self.queue_dir / name, lambda d, s=seq: parse_waiter(d, s),
+                                     log_dir=self.log_dir)  # fmt: skip
                 if waiter is not None:
                     waiters.append(waiter)
         waiters.sort(key=lambda w: (w.order, w.seq))
         return waiters
+
+    # -- clamping times to the configured limits (issue 17) ------------------------------------
+    def _clamp_holder(self, holder: Holder, now: float) -> bool:
+        """Bring `holder`'s times within limits: acquired no later than now, expiring at most
+        its expiry from now. True if anything changed (the caller writes it back, so the
+        clamped expiry then runs out instead of moving on with the clock)."""
+        limit_s = max(self.lock_expiry_s, holder.expiry_s)
+        before = (holder.acquired_at, holder.expires_at)
+        holder.acquired_at = min(holder.acquired_at, now)
+        holder.expires_at = min(holder.expires_at, now + limit_s)
+        return (holder.acquired_at, holder.expires_at) != before
+
+    def _clamp_waiter(self, waiter: Waiter, now: float) -> bool:
+        """A waiter joined and last heard from no later than now; True if it changed."""
+        before = (waiter.joined_at, waiter.heartbeat_at)
+        waiter.joined_at = min(waiter.joined_at, now)
+        waiter.heartbeat_at = min(waiter.heartbeat_at, now)
+        return (waiter.joined_at, waiter.heartbeat_at) != before
+
+    def _clamp_grant(self, grant: Grant, now: float) -> bool:
+        """A grant made no later than now, to be claimed within the longest claim window."""
+        before = (grant.granted_at, grant.claim_by)
+        grant.granted_at = min(grant.granted_at, now)
+        grant.claim_by = min(grant.claim_by, now + max(self.local_claim_s, self.remote_claim_s))
+        return (grant.granted_at, grant.claim_by) != before
+
+    def _next_seq(self, lock_fd: int, state: ConchState) -> int:
+        """The next sequence number, above every one in use (the lock file may be garbled)."""
+        used = [w.seq for w in state.waiters]
+        if state.holder is not None:
+            used.append(state.holder.seq)
+        return next_counter(lock_fd, above=max(used, default=0))
+
+    def _quarantined_waiter(self, seq: int) -> set[str]:
+        """The names under which waiter `seq`'s records were set aside as malformed."""
+        prefix = f"{self._waiter_path(seq).name}{QUARANTINE_MARK}"
+        try:
+            return {name for name in os.listdir(self.queue_dir) if name.startswith(prefix)}
+        except OSError:
+            return set()
 
     def _write_waiter(self, waiter: Waiter) -> None:
         write_json(self._waiter_path(waiter.seq), waiter.to_dict())
@@ -345,16 +451,22 @@ class Conch:
         a holder dies hands the floor on.
         """
         holder = self._read_holder()
+        if holder is not None and self._clamp_holder(holder, now):
+            write_json(self._holder_path, holder.to_dict())
         if holder is not None and not self.holder_alive(holder, now):
             unlink(self._holder_path)
             holder = None
         waiters = []
         for waiter in self._read_waiters():
+            if self._clamp_waiter(waiter, now):
+                self._write_waiter(waiter)
             if self.waiter_alive(waiter, now):
                 waiters.append(waiter)
             else:
                 self._remove_waiter(waiter.seq)
         grant = self._read_grant()
+        if grant is not None and self._clamp_grant(grant, now):
+            write_json(self._grant_path, grant.to_dict())
         if grant is not None:
             grantee = next((w for w in waiters if w.seq == grant.seq), None)
             if holder is not None or grantee is None:
@@ -399,6 +511,7 @@ class Conch:
             pid_start=process_start(pid) if pid is not None else None,
             acquired_at=now,
             expires_at=now + self.lock_expiry_s,
+            expiry_s=self.lock_expiry_s,
         )
         write_json(self._holder_path, holder.to_dict())
         unlink(self._grant_path)
@@ -443,8 +556,9 @@ class Conch:
                              detached=detached or remote, remote=remote, cancel=cancel,
                              on_wait=on_wait)  # fmt: skip
         if not held.reentrant:
-            quiet = read_json(self._quiet_path)
-            if isinstance(quiet, (int, float)):
+            # No lock here: a malformed file is left for the next bump to replace.
+            quiet = read_record(self._quiet_path, parse_quiet, quarantine_bad=False)
+            if quiet is not None:
                 time.sleep(min(BUMP_SETTLE_S, max(0.0, quiet - time.time())))
         return held
 
@@ -468,56 +582,28 @@ class Conch:
         session = session or default_session(pid)
         holder_pid = None if detached else pid
         started = time.monotonic()
-        with self._lock() as lock_fd:
-            now = time.time()
-            state = self._tidy(now)
-            held = self._reenter(state.holder, session, pid)
-            if held is not None:
-                if remote:  # a remote holder calling again renews its hold
-                    held.expires_at = self._renew_holder(state.holder, now)  # type: ignore[arg-type]
-                return held
-            # A place this session kept in callback mode is adopted, not duplicated.
-            mine = next((w for w in state.waiters if w.session == session and w.pid is None), None)
-            if mine is not None and state.grant is not None and state.grant.seq == mine.seq:
-                holder = self._take(seq=mine.seq, session=session, agent=agent, voice=voice,
-                                    pid=holder_pid, now=now)  # fmt: skip
-                return Held(
-                    holder.token,
-                    holder.seq,
-                    session,
-                    0.0,
-                    position_on_arrival=1,
-                    expires_at=holder.expires_at,
-                )
-            if state.holder is None and state.grant is None and not state.waiters:
-                holder = self._take(seq=next_counter(lock_fd), session=session, agent=agent,
-                                    voice=voice, pid=holder_pid, now=now)  # fmt: skip
-                return Held(holder.token, holder.seq, session, 0.0, expires_at=holder.expires_at)
-            if mode == "callback":
-                position = None
-                if keep_place:
-                    if mine is None:
-                        mine = Waiter(next_counter(lock_fd), session, agent, voice, None, None,
-                                      HOST, now, now, 0.0)  # fmt: skip
-                        mine.order = float(mine.seq)
-                        state.waiters.append(mine)
-                    mine.heartbeat_at = now
-                    self._write_waiter(mine)
-                    position = next(i for i, w in enumerate(state.waiters, 1) if w is mine)
-                raise _busy(state, position, session, remote=remote)
-            # Wait mode: join the queue (or adopt our kept place) with a wake socket. A remote
-            # waiter's place stays without a process: it outlives this call.
-            if mine is None:
-                seq = next_counter(lock_fd)
-                mine = Waiter(seq, session, agent, voice, pid, None, HOST, now, now, float(seq))
-            if remote:
-                mine.pid, mine.pid_start, mine.heartbeat_at = None, None, now
-            else:
-                mine.pid, mine.pid_start = pid, process_start(pid)
-            mine.agent, mine.voice = agent or mine.agent, voice or mine.voice
-            wake = _bind_wake(self._wake_path(mine.seq)) if self.wake else None
-            self._write_waiter(mine)
-            self._tidy(now)  # a free floor (holder died, queue empty ahead) goes to the head now
+        deadline = None if timeout_s is None else started + timeout_s
+        while True:
+            with self._lock() as lock_fd:
+                now = time.time()
+                state = self._tidy(now)
+                held = self._reenter(state.holder, session, pid, remote=remote, now=now)
+                if held is not None:
+                    return held
+                if not self._session_speaking(state.holder, session):
+                    entered = self._enter(lock_fd, state, now, session=session, agent=agent,
+                                          voice=voice, mode=mode, keep_place=keep_place,
+                                          remote=remote, pid=pid,
+                                          holder_pid=holder_pid)  # fmt: skip
+                    if isinstance(entered, Held):
+                        return entered
+                    mine, wake = entered
+                    break
+            # Another process of this session speaks under the floor the session holds (`vocal
+            # conch wait`): this one waits for it to finish, so they never talk at once.
+            self._wait_for_speaker(state.holder, mode=mode, deadline=deadline,
+                                   timeout_s=timeout_s, cancel=cancel,
+                                   on_wait=on_wait)  # fmt: skip
         try:
             return self._wait(mine, wake, agent=agent, voice=voice, holder_pid=holder_pid,
                               started=started, timeout_s=timeout_s, remote=remote,
@@ -526,14 +612,127 @@ class Conch:
             if wake is not None:
                 wake.close()
 
-    def _reenter(self, holder: Holder | None, session: str, pid: int) -> Held | None:
-        # A session holding the floor between commands (pid None) lets its own commands speak;
-        # another live process of the same session still queues, so two never talk at once.
-        if holder is not None and holder.session == session and holder.pid in (None, pid):
-            return Held(
-                holder.token, holder.seq, session, 0.0, reentrant=True, expires_at=holder.expires_at
+    def _enter(
+        self,
+        lock_fd: int,
+        state: ConchState,
+        now: float,
+        *,
+        session: str,
+        agent: str | None,
+        voice: str | None,
+        mode: str,
+        keep_place: bool,
+        remote: bool,
+        pid: int,
+        holder_pid: int | None,
+    ) -> Held | tuple[Waiter, socket.socket | None]:
+        """Under the lock: take a free floor (or the grant our kept place has), or join the
+        queue. Returns the hold, or our place and its wake socket to wait on; raises ConchBusy
+        in callback mode."""
+        # A place this session kept in callback mode is adopted, not duplicated.
+        mine = next((w for w in state.waiters if w.session == session and w.pid is None), None)
+        if mine is not None and state.grant is not None and state.grant.seq == mine.seq:
+            holder = self._take(seq=mine.seq, session=session, agent=agent, voice=voice,
+                                pid=holder_pid, now=now)  # fmt: skip
+            return Held(holder.token, holder.seq, session, 0.0, position_on_arrival=1,
+                        expires_at=holder.expires_at)  # fmt: skip
+        if state.holder is None and state.grant is None and not state.waiters:
+            holder = self._take(seq=self._next_seq(lock_fd, state), session=session,
+                                agent=agent, voice=voice, pid=holder_pid, now=now)  # fmt: skip
+            return Held(holder.token, holder.seq, session, 0.0, expires_at=holder.expires_at)
+        if mode == "callback":
+            position = None
+            if keep_place:
+                if mine is None:
+                    mine = Waiter(self._next_seq(lock_fd, state), session, agent, voice, None,
+                                  None, HOST, now, now, 0.0)  # fmt: skip
+                    mine.order = float(mine.seq)
+                    state.waiters.append(mine)
+                mine.heartbeat_at = now
+                self._write_waiter(mine)
+                position = next(i for i, w in enumerate(state.waiters, 1) if w is mine)
+            raise _busy(state, position, session, remote=remote)
+        # Wait mode: join the queue (or adopt our kept place) with a wake socket. A remote
+        # waiter's place stays without a process: it outlives this call.
+        if mine is None:
+            seq = self._next_seq(lock_fd, state)
+            mine = Waiter(seq, session, agent, voice, pid, None, HOST, now, now, float(seq))
+        if remote:
+            mine.pid, mine.pid_start, mine.heartbeat_at = None, None, now
+        else:
+            mine.pid, mine.pid_start = pid, process_start(pid)
+        mine.agent, mine.voice = agent or mine.agent, voice or mine.voice
+        wake = _bind_wake(self._wake_path(mine.seq)) if self.wake else None
+        self._write_waiter(mine)
+        self._tidy(now)  # a free floor (holder died, queue empty ahead) goes to the head now
+        return mine, wake
+
+    def _reenter(self, holder: Holder | None, session: str, pid: int, *, remote: bool,
+                 now: float) -> Held | None:  # fmt: skip
+        """Under the lock: the hold `session` already has, if this process may speak under it.
+
+        A session holding the floor between commands (pid None) lets its own commands speak,
+        one process at a time: the one speaking is written into the record, and another waits
+        for it (`_session_speaking`). Another live process of a session whose floor is held by
+        a process still queues, so two never talk at once.
+        """
+        if holder is None or holder.session != session or holder.pid not in (None, pid):
+            return None
+        if remote:  # a remote holder calling again renews its hold; it does not speak itself
+            expires_at = self._renew_holder(holder, now)
+        elif holder.pid is None:
+            if self._session_speaking(holder, session):
+                return None
+            holder.speaker_pid, holder.speaker_start = pid, process_start(pid)
+            write_json(self._holder_path, holder.to_dict())
+            expires_at = holder.expires_at
+        else:
+            expires_at = holder.expires_at
+        return Held(holder.token, holder.seq, session, 0.0, reentrant=True, expires_at=expires_at)
+
+    def _session_speaking(self, holder: Holder | None, session: str) -> bool:
+        """Whether `session` holds the floor with no process and another live process of it
+        is speaking under that floor now."""
+        return (
+            holder is not None
+            and holder.session == session
+            and holder.pid is None
+            and holder.speaker_pid is not None
+            and holder.speaker_pid != os.getpid()
+            and pid_alive(holder.speaker_pid, holder.speaker_start)
+        )
+
+    def _wait_for_speaker(
+        self,
+        speaker: Holder | None,
+        *,
+        mode: str,
+        deadline: float | None,
+        timeout_s: float | None,
+        cancel: threading.Event | None,
+        on_wait: Callable[[int, Holder | None], None] | None,
+    ) -> None:
+        """One tick of waiting for the session's own speaking process; raises ConchBusy in
+        callback mode or past the deadline, ConchCancelled when cancelled."""
+        session, speaker_pid = (speaker.session, speaker.speaker_pid) if speaker else ("?", "?")
+        where = f"session {session} is speaking in process {speaker_pid}"
+        if mode == "callback":
+            raise ConchBusy(f"the floor is in use: {where}", position=None, holder=speaker,
+                            hint="call again when it has finished")  # fmt: skip
+        if deadline is not None and time.monotonic() >= deadline:
+            raise ConchBusy(
+                f"the floor was not free within {timeout_s:g} s: {where}",
+                position=None,
+                holder=speaker,
+                hint="raise VOCAL_CONCH_TIMEOUT, or see `vocal conch status`",
             )
-        return None
+        if cancel is not None and cancel.is_set():
+            raise ConchCancelled()
+        if on_wait is not None:
+            on_wait(1, speaker)
+        remaining = None if deadline is None else deadline - time.monotonic()
+        time.sleep(HEAD_TICK_S if remaining is None else max(0.0, min(HEAD_TICK_S, remaining)))
 
     def _wait(self, mine: Waiter, wake: socket.socket | None, *, agent: str | None,
               voice: str | None, holder_pid: int | None, started: float,
@@ -542,6 +741,7 @@ class Conch:
         deadline = None if timeout_s is None else started + timeout_s
         last_position = None
         taken = False
+        set_aside: set[str] = set()  # our records quarantined so far (each heals once)
         # A blocked remote waiter refreshes its own place, well inside the TTL.
         refresh_s = min(5.0, self.remote_ttl_s / 4)
         try:
@@ -561,6 +761,13 @@ class Conch:
                         ((i, w) for i, w in enumerate(state.waiters, 1) if w.seq == mine.seq),
                         (None, None),
                     )
+                    if me is None and not self._quarantined_waiter(mine.seq) <= set_aside:
+                        # Our record was garbled and set aside (again), not removed by `leave`:
+                        # we know what it said, so the place is written back (issue 17).
+                        set_aside |= self._quarantined_waiter(mine.seq)
+                        mine.heartbeat_at = now
+                        self._write_waiter(mine)
+                        continue
                     if me is None:
                         raise ConchBusy("this waiter was removed from the conch queue "
                                         "(vocal conch leave)", position=None)  # fmt: skip
@@ -598,8 +805,12 @@ class Conch:
     # -- holding and giving up ---------------------------------------------------------------
     def holds(self, token: str) -> bool:
         """Whether `token` still holds the floor (no lock: the record is replaced atomically)."""
-        holder = self._read_holder()
-        return holder is not None and holder.token == token and time.time() < holder.expires_at
+        holder = self._read_holder(locked=False)
+        if holder is None or holder.token != token:
+            return False
+        now = time.time()
+        self._clamp_holder(holder, now)
+        return now < holder.expires_at
 
     def renew(self, token: str) -> float | None:
         """Push the expiry of `token`'s hold to now + lock_expiry_s and return it; None if the
@@ -610,6 +821,7 @@ class Conch:
             if holder is None or holder.token != token or now >= holder.expires_at:
                 return None
             holder.expires_at = now + self.lock_expiry_s
+            holder.expiry_s = self.lock_expiry_s
             write_json(self._holder_path, holder.to_dict())
             return holder.expires_at
 
@@ -622,6 +834,18 @@ class Conch:
                 unlink(self._holder_path)
             self._tidy(time.time())
             return released
+
+    def end_speaking(self, token: str) -> bool:
+        """This process has finished speaking under the hold `token` that its session keeps
+        with no process (a reentrant `Held`): another process of the session may speak now,
+        without waiting for this one to exit. True if this process was the one speaking."""
+        with self._lock():
+            holder = self._read_holder()
+            if holder is None or holder.token != token or holder.speaker_pid != os.getpid():
+                return False
+            holder.speaker_pid = holder.speaker_start = None
+            write_json(self._holder_path, holder.to_dict())
+            return True
 
     def release_session(self, session: str) -> Holder | None:
         """Release the floor if `session` holds it; the released record, else None."""
@@ -636,15 +860,31 @@ class Conch:
 
     def bump(self) -> Holder | None:
         """Take the floor from whoever holds it and pass it on. The holder's `Turn` sees its
-        record gone and stops speaking. Returns the bumped record, or None if nobody held it."""
+        record gone and stops speaking. Returns the bumped record, or None if nobody held it.
+
+        With nobody holding it but the floor offered to a waiter that has not taken it yet,
+        that offer is passed on as an unclaimed one is (the waiter goes to the back): a bump
+        always moves the floor on.
+        """
         with self._lock():
             now = time.time()
-            holder = self._read_holder()
+            state = self._tidy(now)
+            holder = state.holder
             if holder is not None:
                 unlink(self._holder_path)
                 write_json(self._quiet_path, now + BUMP_SETTLE_S)
+            elif state.grant is not None:
+                self._pass_grant_on(state)
             self._tidy(now)
             return holder
+
+    def _pass_grant_on(self, state: ConchState) -> None:
+        """Under the lock: revoke the outstanding grant; its waiter goes to the back."""
+        grantee = next((w for w in state.waiters if w.seq == state.grant.seq), None)  # type: ignore[union-attr]
+        if grantee is not None and len(state.waiters) > 1:
+            grantee.order = max(w.order for w in state.waiters) + 1
+            self._write_waiter(grantee)
+        unlink(self._grant_path)
 
     def give(self, session: str, *, now: bool = False) -> Waiter | None:
         """Make `session`'s waiter the next to speak (with `now`, bump the holder too).
@@ -709,6 +949,7 @@ class Conch:
     def _renew_holder(self, holder: Holder, now: float) -> float:
         """Push `holder`'s expiry to now + lock_expiry_s (under the lock); the new expiry."""
         holder.expires_at = max(holder.expires_at, now + self.lock_expiry_s)
+        holder.expiry_s = self.lock_expiry_s
         write_json(self._holder_path, holder.to_dict())
         return holder.expires_at
 
@@ -738,6 +979,11 @@ class Conch:
             state = self.status()
             return RemoteWait(session, False, time.monotonic() - started, busy.position,
                               len(state.waiters), busy.holder, message=str(busy))  # fmt: skip
+        except (Interrupted, KeyboardInterrupt):
+            # Killed while it waited: the place goes back, also when the signal came before
+            # the wait proper had begun (`_wait` withdraws its own).
+            self.leave(session)
+            raise
         with self._lock():
             holder = self._read_holder()
         return RemoteWait(session, True, time.monotonic() - started, 0, 0, holder, held)
@@ -767,6 +1013,30 @@ def _busy(state: ConchState, position: int | None, session: str,
             "every 30 s (or `vocal conch wait` again); `vocal conch leave` gives it up"
         )
     return ConchBusy(message, position=position, hint=hint, holder=holder)
+
+
+@contextlib.contextmanager
+def interrupt_on_signals() -> Iterator[None]:
+    """Turn SIGTERM and SIGHUP into `Interrupted` (exit 130) for the `with` body, so its
+    `finally` clauses run: a `vocal conch wait` killed while it waits gives its place back
+    (issue 17). Only in the main thread (elsewhere signals cannot be handled): a no-op there."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _raise(signum: int, _frame: Any) -> None:
+        for other in old:  # a second signal must not cut the clean-up short
+            signal.signal(other, signal.SIG_IGN)
+        raise Interrupted(f"terminated by {signal.Signals(signum).name}")
+
+    old: dict[int, Any] = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        old[signum] = signal.signal(signum, _raise)
+    try:
+        yield
+    finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
 
 
 def _bind_wake(path: Path) -> socket.socket | None:
@@ -808,6 +1078,7 @@ class HoldWatcher:
                  poll_s: float = 0.05, renew_s: float | None = None) -> None:  # fmt: skip
         self.conch = conch
         self.token = held.token
+        self.reentrant = held.reentrant
         self.valid_until = held.expires_at
         self.on_lost = on_lost
         self.poll_s = poll_s
@@ -821,9 +1092,14 @@ class HoldWatcher:
         return self
 
     def stop(self) -> None:
+        """Stop watching. A turn speaking under its session's hold (reentrant) is done with it
+        then: another process of the session may speak (`Conch.end_speaking`)."""
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(2.0)
+        if self.reentrant:
+            with contextlib.suppress(OSError):
+                self.conch.end_speaking(self.token)
 
     def _run(self) -> None:
         next_renew = time.monotonic() + self.renew_s
@@ -855,4 +1131,9 @@ __all__ = [
     "RemoteWait",
     "Waiter",
     "default_session",
+    "interrupt_on_signals",
+    "parse_grant",
+    "parse_holder",
+    "parse_quiet",
+    "parse_waiter",
 ]

@@ -33,12 +33,14 @@ from typing import Any
 
 from vocal.errors import UsageError, VocalError
 from vocal.statefiles import (
+    BadRecord,
     SocketPath,
+    check_field,
     connect_refused,
     pid_alive,
     private_dir,
     process_start,
-    read_json,
+    read_record,
     unlink,
     write_json,
 )
@@ -99,6 +101,24 @@ class Endpoint:
         data = asdict(self)
         data["socket_path"] = str(self.socket_path)
         return data
+
+
+def parse_endpoint(data: Any, run_dir: Path, pid: int) -> Endpoint:
+    """The `Endpoint` that run/<pid>.json describes, field by field; raises BadRecord (the file
+    names its own pid, which must be the one in its name)."""
+    if not isinstance(data, dict):
+        raise BadRecord(f"run record: a JSON {type(data).__name__}, not an object")
+    if check_field("pid", data.get("pid", pid), "int") != pid:
+        raise BadRecord(f"run record: pid {data.get('pid')} in the file of {pid}")
+    return Endpoint(
+        pid=pid,
+        socket_path=run_dir / f"{pid}.sock",
+        session=check_field("session", data.get("session"), "str | None"),
+        agent=check_field("agent", data.get("agent"), "str | None"),
+        kind=check_field("kind", data.get("kind"), "str | None"),
+        started_at=check_field("started_at", data.get("started_at") or 0.0, "float"),
+        pid_start=check_field("pid_start", data.get("pid_start"), "int | None", (0, 2**63 - 1)),
+    )
 
 
 class ControlServer:
@@ -347,30 +367,28 @@ def endpoints(run_dir: Path) -> list[Endpoint]:
         names = os.listdir(run_dir)
     except (FileNotFoundError, PermissionError):
         return []
+    log_dir = Path(run_dir).parent / "logs"
     for name in names:
-        if not name.endswith(".json") or not name[:-5].isdigit():
+        if not name.endswith(".json") or not name[:-5].isdigit() or len(name) > 25:
             continue
         pid = int(name[:-5])
+        if not 0 < pid < 2**31:  # no process has it (and os.kill would overflow)
+            continue
         try:
-            data = read_json(run_dir / name)
+            # A malformed record is quarantined (issue 17); its socket, if any, is left to
+            # `remove_stale_socket`: a live process may still be listening on it.
+            endpoint = read_record(run_dir / name, lambda d, p=pid: parse_endpoint(d, run_dir, p),
+                                   log_dir=log_dir)  # fmt: skip
         except PermissionError:
             continue  # not ours to read, so not ours to control
-        if not isinstance(data, dict) or not pid_alive(pid, data.get("pid_start")):
+        if endpoint is None:
+            continue
+        if not pid_alive(pid, endpoint.pid_start):
             with contextlib.suppress(OSError):
                 unlink(run_dir / name)
                 unlink(run_dir / f"{pid}.sock")
             continue
-        found.append(
-            Endpoint(
-                pid=pid,
-                socket_path=run_dir / f"{pid}.sock",
-                session=data.get("session"),
-                agent=data.get("agent"),
-                kind=data.get("kind"),
-                started_at=float(data.get("started_at") or 0.0),
-                pid_start=data.get("pid_start"),
-            )
-        )
+        found.append(endpoint)
     found.sort(key=lambda e: e.started_at)
     return found
 
@@ -465,6 +483,7 @@ __all__ = [
     "MAX_CLIENTS",
     "MAX_LINE_BYTES",
     "endpoints",
+    "parse_endpoint",
     "find_endpoint",
     "peer_uid",
     "remove_stale_socket",

@@ -601,7 +601,12 @@ class WavSource:
 class WavSink:
     """`--output FILE`: the Player interface, writing a WAV instead of playing.
 
-    Nothing plays in real time: `finish()` writes the file, `stop()` writes what was queued so far.
+    Nothing plays in real time: `finish()` writes the whole file at once, through
+    `vocal.audio.write_wav` (a temporary file renamed over the old one). A turn that is
+    stopped, fails or is interrupted before `finish()` writes nothing, so an existing file
+    is left byte for byte as it was (issue 17: a failed `speak -o keep.wav` used to leave an
+    empty 44-byte WAV). `open()` refuses a destination that cannot be written (a directory,
+    a missing parent) before any synthesis cost is paid.
     """
 
     def __init__(self, path: str | Path, sample_rate: int, *, volume: float = 1.0) -> None:
@@ -615,10 +620,13 @@ class WavSink:
         self.paused = False
 
     def open(self) -> WavSink:
+        """Check the destination can take a file; raises `UsageError` (exit 2) if not."""
+        self._check_destination()
         return self
 
     def close(self) -> None:
-        self._write()
+        """Release the sink; unless `finish()` wrote it, the file is not touched."""
+        self._done.set()
 
     def __enter__(self) -> WavSink:
         return self
@@ -633,11 +641,18 @@ class WavSink:
             self._parts.append(np.asarray(samples, np.float32).reshape(-1) * self.volume)
 
     def finish(self) -> None:
-        self._write()
+        """Write everything played so far as the file (once)."""
+        if self._done.is_set():
+            return
+        try:
+            self._write()
+        finally:
+            self._done.set()  # a failed write is not retried: the error went to the caller
 
     def stop(self) -> None:
+        """End without writing: the file stays as it was."""
         self._stopped = True
-        self._write()
+        self._done.set()
 
     def wait(self, timeout_s: float | None = None) -> bool:
         return self._done.wait(timeout_s)
@@ -653,12 +668,20 @@ class WavSink:
         return sum(p.shape[0] for p in self._parts)
 
     def _write(self) -> None:
-        if self._done.is_set():
-            return
         import numpy as np
 
         from vocal.audio import Audio, write_wav
 
         samples = np.concatenate(self._parts) if self._parts else np.zeros(0, np.float32)
         write_wav(self.path, Audio(samples, self.sample_rate))
-        self._done.set()
+
+    def _check_destination(self) -> None:
+        """A `UsageError` unless a WAV can be written at the path: not a directory, and in a
+        directory that exists. Checked before the work, so the error comes first and alone
+        (`speak -o DIR` printed a traceback from the feeder thread, then the error)."""
+        from vocal.errors import UsageError
+
+        if self.path.is_dir():
+            raise UsageError(f"{self.path} is a directory", hint="give a file name")
+        if not self.path.parent.is_dir():
+            raise UsageError(f"{self.path}: the directory {self.path.parent} does not exist")

@@ -170,6 +170,7 @@ def run_checks(options: DoctorOptions = DoctorOptions()) -> list[Check]:
     checks.append(check_microphone(settings, default_input, options.listen_s))
     checks.append(check_output_kind())
     checks.append(check_state_dir(settings.home))
+    checks.append(check_quarantine(settings.home))
     checks.append(check_conch(settings))
     results = {probe.engine: probe.result() for probe in probes}
     checks.extend(check_engines(stt_engine, results))
@@ -348,9 +349,15 @@ def check_output_kind() -> Check:
 
 
 def check_state_dir(home: Path) -> Check:
-    """The state directory exists or can be made, and takes a file."""
+    """The state directory exists or can be made (0700, marked), takes a file, and is private.
+
+    Owned by another user or writable by others is a failure (commands that write state refuse
+    it); readable by others is a warning (history and logs hold what was said).
+    """
+    from vocal.config import create_state_dir, state_dir_fix, state_dir_problem
+
     try:
-        home.mkdir(parents=True, exist_ok=True)
+        create_state_dir(home)
         with tempfile.NamedTemporaryFile(dir=home, prefix=".doctor-"):
             pass
     except OSError as exc:
@@ -359,7 +366,48 @@ def check_state_dir(home: Path) -> Check:
             "state directory", FAIL, f"{home} is not writable ({reason})",
             fix=f"make it writable (`chmod u+rwx {home}`) or set VOCAL_HOME to a directory you own",
         )  # fmt: skip
-    return Check("state directory", OK, f"{home} is writable")
+    problem = state_dir_problem(home)
+    if problem:
+        return Check("state directory", FAIL, problem, fix=state_dir_fix(home))
+    exposed = _exposed_state(home)
+    if exposed:
+        return Check(
+            "state directory", WARN,
+            f"other users can read {', '.join(exposed)} in {home}: it holds what was said",
+            fix=state_dir_fix(home),
+        )  # fmt: skip
+    return Check("state directory", OK, f"{home} is writable and private")
+
+
+def check_quarantine(home: Path) -> Check:
+    """State files vocal set aside as malformed (vocal.statefiles): it healed by treating
+    them as absent; the files stay a while for a look."""
+    from vocal.statefiles import quarantined
+
+    found = quarantined(home)
+    if not found:
+        return Check("state files", OK, "none malformed")
+    names = ", ".join(str(p.relative_to(home)) for p in found[-3:])
+    return Check(
+        "state files", WARN,
+        f"{len(found)} malformed state file(s) set aside and ignored ({names}); "
+        f"reasons in {home / 'logs' / 'statefiles.log'}",
+        fix="nothing is needed: vocal carries on without them; delete the *.bad-* files "
+        "once read",
+    )  # fmt: skip
+
+
+def _exposed_state(home: Path) -> list[str]:
+    """The entries holding what was said (history, logs) that other users can reach: both
+    the state directory and the entry open to the group or everyone."""
+    if not home.stat().st_mode & 0o011:  # others cannot pass through the state directory
+        return []
+    exposed = []
+    for name in ("history", "logs"):
+        path = home / name
+        if path.is_dir() and not path.is_symlink() and path.stat().st_mode & 0o055:
+            exposed.append(f"{name}/")
+    return exposed
 
 
 def check_conch(settings: Settings) -> Check:

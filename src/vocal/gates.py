@@ -2,18 +2,21 @@
 
 They are checked before any synthesis cost is paid: muted, or a volume of 0, means no engine is
 loaded and nothing is synthesized (DESIGN.md), not that silence is played. The file is
-`<home>/gates.json`, written atomically; a missing or unreadable file means the defaults
-(unmuted, 100 %), so a broken state file can never silence vocal for good.
+`<home>/gates.json`, written atomically; a missing file means the defaults (unmuted, 100 %), and
+so does a malformed one (not JSON, nested too deep, a field of the wrong type), which is
+quarantined on the way (`vocal.statefiles.read_record`): a broken state file can never silence
+vocal for good, nor stop `unmute` or `volume` from writing a good one (issue 17).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from vocal.errors import UsageError
+from vocal.statefiles import BadRecord, check_field, read_record, write_bytes_atomic
 
 GATES_FILE_NAME = "gates.json"
 #: The loudest `vocal volume` allows: twice the engine's level (clipping starts beyond).
@@ -45,31 +48,34 @@ def gates_path(home: Path) -> Path:
     return Path(home) / GATES_FILE_NAME
 
 
+def parse_gates(data: Any) -> Gates:
+    """`Gates` from the JSON of gates.json; a volume out of range is brought into it. Raises
+    BadRecord for anything else that is not what `write_gates` writes."""
+    if not isinstance(data, dict):
+        raise BadRecord(f"gates: a JSON {type(data).__name__}, not an object")
+    muted = check_field("muted", data.get("muted", False), "bool")
+    volume = check_field("volume_percent", data.get("volume_percent", 100), "int")
+    return Gates(muted=muted, volume_percent=min(MAX_VOLUME_PERCENT, max(0, volume)))
+
+
 def read_gates(home: Path) -> Gates:
-    """The persisted gates, or the defaults when there are none (or they are unreadable)."""
+    """The persisted gates, or the defaults when there are none (or they are malformed: then
+    the file is quarantined and logged under `<home>/logs`)."""
     try:
-        data = json.loads(gates_path(home).read_text(encoding="utf-8"))
-        muted = data.get("muted", False)
-        volume = data.get("volume_percent", 100)
-        if not isinstance(muted, bool) or isinstance(volume, bool) or not isinstance(volume, int):
-            return Gates()
-        return Gates(muted=muted, volume_percent=min(MAX_VOLUME_PERCENT, max(0, volume)))
-    except (OSError, ValueError, AttributeError):
+        gates = read_record(gates_path(home), parse_gates, log_dir=Path(home) / "logs")
+    except OSError:  # unreadable (permissions): the defaults, as documented
         return Gates()
+    return gates if gates is not None else Gates()
 
 
 def write_gates(home: Path, gates: Gates) -> Gates:
-    """Persist `gates` atomically (a concurrent reader sees the old file or the new one)."""
-    import tempfile  # only writers pay for it; every speak reads the gates
-
+    """Persist `gates` atomically (a concurrent reader sees the old file or the new one), 0600.
+    A link at gates.json is replaced, not followed: the state directory holds no links of ours."""
     path = gates_path(home)
+    data = {"muted": gates.muted, "volume_percent": gates.volume_percent}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump({"muted": gates.muted, "volume_percent": gates.volume_percent}, out)
-            out.write("\n")
-        os.replace(tmp, path)
+        write_bytes_atomic(path, (json.dumps(data) + "\n").encode())
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
     return gates
@@ -89,4 +95,12 @@ def set_volume(home: Path, percent: int) -> Gates:
     return write_gates(home, Gates(muted=current.muted, volume_percent=int(percent)))
 
 
-__all__ = ["Gates", "read_gates", "write_gates", "set_muted", "set_volume", "gates_path"]
+__all__ = [
+    "Gates",
+    "parse_gates",
+    "read_gates",
+    "write_gates",
+    "set_muted",
+    "set_volume",
+    "gates_path",
+]

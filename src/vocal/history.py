@@ -11,6 +11,12 @@ An utterance is recorded when it starts playing, so the one being spoken is alre
 a process killed mid-utterance leaves what it had played. Size is bounded: at most
 `VOCAL_HISTORY_SIZE` utterances (minimum 1), each at most `MAX_UTTERANCE_S` long.
 
+Corrupt state heals itself (issue 17): an entry whose JSON is malformed (a field of the wrong type,
+a sample rate out of range, NaN) is quarantined and skipped; every new utterance trims, under the
+lock, whatever is beyond the size limit, including orphans (JSON without PCM, PCM without JSON),
+so the limit holds whatever is on disk. Writers create, finish and trim entries only under the
+lock, so no orphan is ever made by concurrent writers.
+
 skip_back (issue 6): the first press restarts the current or most recent utterance, each further
 press steps one back, clamped at the oldest. A press is "further" when the cursor on disk was
 set while the same utterance was the newest; a new utterance starts a new walk.
@@ -27,7 +33,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vocal.errors import UsageError
-from vocal.statefiles import locked, private_dir, read_json, unlink, write_json
+from vocal.statefiles import (
+    QUARANTINE_MARK,
+    BadRecord,
+    check_field,
+    locked,
+    private_dir,
+    read_record,
+    unlink,
+    write_json,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -38,6 +53,11 @@ if TYPE_CHECKING:
 #: The longest utterance kept (longer ones are cut): bounds each entry to
 #: 300 s x sample_rate x 2 bytes (14.4 MB at 24 kHz).
 MAX_UTTERANCE_S = 300.0
+#: Sample rates an entry may claim: vocal.audio's range (not imported: it imports numpy).
+MIN_SAMPLE_RATE = 4_000
+MAX_SAMPLE_RATE = 768_000
+#: Metadata holds the utterance's text; larger than this it is not ours.
+MAX_META_BYTES = 8 << 20
 _BYTES_PER_FRAME = 2
 
 
@@ -68,8 +88,10 @@ class Utterance:
 
         if self.pcm_path is None:
             raise UsageError(f"utterance {self.id} has no audio")
+        limit = round(MAX_UTTERANCE_S * self.sample_rate) * _BYTES_PER_FRAME
         try:
-            raw = self.pcm_path.read_bytes()
+            with open(self.pcm_path, "rb") as pcm:
+                raw = pcm.read(limit)  # a PCM grown past the cap is not read whole
         except FileNotFoundError:
             raise UsageError(f"utterance {self.id} has left the history") from None
         usable = len(raw) - len(raw) % _BYTES_PER_FRAME
@@ -83,14 +105,43 @@ class Utterance:
         return data
 
 
-class Recording:
-    """An utterance being recorded: `append` PCM as it is played, then `finish`."""
+def parse_entry(data: Any, utterance_id: int | None = None) -> Utterance:
+    """An `Utterance` from the JSON of NNNNNN.json (N = `utterance_id`, which the record must
+    repeat), field by field; raises BadRecord. `frames` and `pcm_path` are the caller's."""
+    if not isinstance(data, dict):
+        raise BadRecord(f"history entry: a JSON {type(data).__name__}, not an object")
+    entry_id = check_field("id", data.get("id"), "int", (0, 10**12))
+    if utterance_id is not None and entry_id != utterance_id:
+        raise BadRecord(f"history entry: id {entry_id} in the file of {utterance_id}")
+    rate = check_field("sample_rate", data.get("sample_rate"), "int",
+                       (MIN_SAMPLE_RATE, MAX_SAMPLE_RATE))  # fmt: skip
+    return Utterance(
+        id=entry_id,
+        text=check_field("text", data.get("text") or "", "str"),
+        voice=check_field("voice", data.get("voice"), "str | None"),
+        sample_rate=rate,
+        created_at=check_field("created_at", data.get("created_at") or 0.0, "float"),
+        complete=check_field("complete", data.get("complete", False), "bool"),
+        session=check_field("session", data.get("session"), "str | None"),
+        agent=check_field("agent", data.get("agent"), "str | None"),
+    )
 
-    def __init__(self, history: History, utterance: Utterance) -> None:
+
+def _parse_count(data: Any) -> int:
+    return check_field("seq", data, "int", (0, 10**12))
+
+
+class Recording:
+    """An utterance being recorded: `append` PCM as it is played, then `finish`.
+
+    `out` is the PCM file, opened by `History.begin` under the lock: opened later, it could
+    recreate a PCM that a concurrent writer had just trimmed (an orphan, issue 17)."""
+
+    def __init__(self, history: History, utterance: Utterance, out: Any) -> None:
         self.history = history
         self.utterance = utterance
         self._max_frames = round(MAX_UTTERANCE_S * utterance.sample_rate)
-        self._out = open(utterance.pcm_path, "ab")  # type: ignore[arg-type]  # noqa: SIM115
+        self._out = out
 
     def append(self, samples: np.ndarray) -> None:
         """Add mono float32 samples at the utterance's sample rate (beyond the cap: dropped)."""
@@ -109,7 +160,7 @@ class Recording:
         if not self._out.closed:
             self._out.close()
             self.utterance.complete = True
-            self.history._write_meta(self.utterance)
+            self.history._finish_meta(self.utterance)
         return self.utterance
 
     def __enter__(self) -> Recording:
@@ -143,29 +194,29 @@ class History:
     def _pcm_path(self, utterance_id: int) -> Path:
         return self.directory / f"{utterance_id:06d}.pcm"
 
+    @property
+    def log_dir(self) -> Path:
+        """Where quarantined entries are logged: the state directory's logs/."""
+        return self.directory.parent / "logs"
+
     def _write_meta(self, utterance: Utterance) -> None:
         data = utterance.to_dict()
         data.pop("duration_s")
         write_json(self._meta_path(utterance.id), data)
 
+    def _finish_meta(self, utterance: Utterance) -> None:
+        """Mark `utterance` complete on disk, unless it has been trimmed meanwhile (writing it
+        then would leave a JSON without its PCM)."""
+        with self._lock():
+            if self._meta_path(utterance.id).exists():
+                self._write_meta(utterance)
+
     def _load(self, meta_path: Path) -> Utterance | None:
-        data = read_json(meta_path)
-        if not isinstance(data, dict):
-            return None
-        try:
-            utterance = Utterance(
-                id=int(data["id"]),
-                text=str(data.get("text") or ""),
-                voice=data.get("voice"),
-                sample_rate=int(data["sample_rate"]),
-                created_at=float(data.get("created_at") or 0.0),
-                complete=bool(data.get("complete")),
-                session=data.get("session"),
-                agent=data.get("agent"),
-            )
-        except (KeyError, TypeError, ValueError):
-            return None
-        if utterance.sample_rate <= 0:
+        stem = meta_path.name[:-5]
+        utterance_id = int(stem) if stem.isdigit() else -1  # -1: never a valid id
+        utterance = read_record(meta_path, lambda d: parse_entry(d, utterance_id),
+                                log_dir=self.log_dir, max_bytes=MAX_META_BYTES)  # fmt: skip
+        if utterance is None:
             return None
         utterance.pcm_path = self._pcm_path(utterance.id)
         try:
@@ -176,11 +227,8 @@ class History:
 
     # -- reading ---------------------------------------------------------------------------------
     def entries(self) -> list[Utterance]:
-        """Every utterance kept, newest first."""
-        try:
-            names = sorted(os.listdir(self.directory), reverse=True)
-        except FileNotFoundError:
-            return []
+        """Every utterance kept, newest first (malformed entries are quarantined and skipped)."""
+        names = sorted(self._names(), reverse=True)
         found = []
         for name in names:
             if name.endswith(".json") and name[:-5].isdigit():
@@ -207,19 +255,43 @@ class History:
               session: str | None = None, agent: str | None = None) -> Recording:  # fmt: skip
         """Start recording a new utterance (it becomes the newest at once)."""
         with self._lock():
-            last = read_json(self.directory / "seq")
-            utterance_id = (last if isinstance(last, int) else 0) + 1
+            utterance_id = self._next_id()
             write_json(self.directory / "seq", utterance_id)
             utterance = Utterance(
                 id=utterance_id, text=text, voice=voice, sample_rate=int(sample_rate),
                 created_at=time.time(), session=session, agent=agent,
                 pcm_path=self._pcm_path(utterance_id),
             )  # fmt: skip
-            utterance.pcm_path.write_bytes(b"")  # type: ignore[union-attr]
-            self._write_meta(utterance)
-            for old in self.entries()[self.size :]:
-                self._remove(old.id)
-        return Recording(self, utterance)
+            out = open(utterance.pcm_path, "wb")  # type: ignore[arg-type]  # noqa: SIM115
+            try:
+                self._write_meta(utterance)
+                self._trim()
+            except BaseException:
+                out.close()
+                raise
+        return Recording(self, utterance, out)
+
+    def _next_id(self) -> int:
+        """Under the lock: one more than the last id handed out and than every id on disk (the
+        `seq` file may be lost or garbled)."""
+        last = read_record(self.directory / "seq", _parse_count, log_dir=self.log_dir) or 0
+        on_disk = [int(n.split(".")[0]) for n in self._names() if n.split(".")[0].isdigit()]
+        return max([last, *on_disk]) + 1
+
+    def _names(self) -> list[str]:
+        try:
+            return [n for n in os.listdir(self.directory) if QUARANTINE_MARK not in n]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def _trim(self) -> None:
+        """Under the lock: keep the newest `size` entries and remove everything else that is
+        an entry's file: older entries, orphan JSON (no PCM) and orphan PCM (no valid JSON)."""
+        keep = {u.id for u in self.entries()[: self.size]}
+        for name in self._names():
+            stem, dot, suffix = name.partition(".")
+            if dot and suffix in ("json", "pcm") and stem.isdigit() and int(stem) not in keep:
+                unlink(self.directory / name)
 
     def record(self, audio: Audio, *, text: str, voice: str | None = None,
                session: str | None = None, agent: str | None = None) -> Utterance:  # fmt: skip
@@ -250,14 +322,11 @@ class History:
             if not entries:
                 return None
             ids = [u.id for u in entries]
-            cursor = read_json(self.directory / "cursor.json")
+            cursor = read_record(self.directory / "cursor.json", _parse_cursor,
+                                 log_dir=self.log_dir)  # fmt: skip
             target = entries[0]
-            if (
-                isinstance(cursor, dict)
-                and cursor.get("newest_id") == ids[0]
-                and cursor.get("utterance_id") in ids
-            ):
-                index = ids.index(cursor["utterance_id"])
+            if cursor is not None and cursor[1] == ids[0] and cursor[0] in ids:
+                index = ids.index(cursor[0])
                 target = entries[min(index + 1, len(entries) - 1)]
             self._write_cursor(target.id, ids[0])
             return target
@@ -276,4 +345,12 @@ class History:
         )
 
 
-__all__ = ["MAX_UTTERANCE_S", "History", "Recording", "Utterance"]
+def _parse_cursor(data: Any) -> tuple[int, int]:
+    """(utterance_id, newest_id) from the JSON of cursor.json; raises BadRecord."""
+    if not isinstance(data, dict):
+        raise BadRecord("cursor: not an object")
+    return (check_field("utterance_id", data.get("utterance_id"), "int"),
+            check_field("newest_id", data.get("newest_id"), "int"))  # fmt: skip
+
+
+__all__ = ["MAX_UTTERANCE_S", "parse_entry", "History", "Recording", "Utterance"]

@@ -34,7 +34,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vocal.errors import EngineError, UsageError, VocalError
-from vocal.text import clean_text, extract_quotes, speakable_lines, split_sentences
+from vocal.text import (
+    MAX_TEXT_BYTES,
+    MAX_TEXT_CHARS,
+    check_text_length,
+    clean_text,
+    extract_quotes,
+    speakable_lines,
+    split_sentences,
+)
 from vocal.timeline import mark
 
 if TYPE_CHECKING:
@@ -774,12 +782,26 @@ def decode_input(data: bytes, *, name: str = "stdin") -> str:
 def text_argument(text: str | None) -> tuple[str, bool]:
     """The text a command was given: TEXT itself, or stdin when TEXT is '-' (or absent and
     stdin is a pipe); and whether it came from stdin, where "text known" starts only once it
-    has been read. No TEXT on a terminal is a UsageError (exit 2)."""
+    has been read. No TEXT on a terminal, or a text over `MAX_TEXT_CHARS` (stdin is read no
+    further than `MAX_TEXT_BYTES`), is a UsageError (exit 2)."""
     if text is None and sys.stdin.isatty():
         raise UsageError("give TEXT to say, or '-' to read it from stdin")
     if text is None or text == "-":
-        return decode_input(sys.stdin.buffer.read()), True
-    return text, False
+        return check_text_length(_read_stdin_text(), name="the text on stdin"), True
+    return check_text_length(text), False
+
+
+def _read_stdin_text() -> str:
+    """stdin as text, read up to `MAX_TEXT_BYTES`; more than that is too long, whatever it is
+    (an endless stream such as `< /dev/zero` ends here)."""
+    data = sys.stdin.buffer.read(MAX_TEXT_BYTES + 1)
+    if len(data) > MAX_TEXT_BYTES:
+        raise UsageError(
+            f"the text on stdin is too long: over {MAX_TEXT_BYTES} bytes, the limit is "
+            f"{MAX_TEXT_CHARS} characters",
+            hint="say it in parts",
+        )
+    return decode_input(data)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ say, and a line with no Latin letter is dropped for English-only engines (they r
 synthesized while the current one plays), never longer than `MAX_SENTENCE_CHARS`.
 `extract_quotes` is `--quotes`: only markdown blockquotes, one utterance per quoted paragraph,
 with fenced code blocks ignored (the "spoken channel" of an agent's reply).
+`check_text_length` holds a text to `MAX_TEXT_CHARS` before any of this runs (issue 17).
 
 Standard library only: this module is imported before any engine loads.
 """
@@ -16,10 +17,21 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from vocal.errors import UsageError
+
 #: A sentence longer than this is cut at a clause, then at a word: engines have input limits
 #: (hibari splits at 400 phonemes, OpenAI takes 4096 characters) and a long first sentence
 #: delays the first audio.
 MAX_SENTENCE_CHARS = 300
+
+#: The longest text `speak` and `converse` take, in characters. An agent's spoken reply is a few
+#: hundred characters and a long README section a few thousand; 20,000 is ~23 minutes of speech.
+#: Memory grows with the text: 250 KB made a 668 MB WAV at 5.3 GB peak (issue 17), while 20,000
+#: characters to a file measured a 66 MB WAV at 0.56 GB peak (hibari; espeak-ng 0.44 GB).
+MAX_TEXT_CHARS = 20_000
+#: The most bytes read from stdin for a text: UTF-8 spends at most 4 bytes a character (+3 for a
+#: byte-order mark). Reading stops there, so an endless stream (`< /dev/zero`) ends.
+MAX_TEXT_BYTES = 4 * MAX_TEXT_CHARS + 3
 
 _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _QUOTE = re.compile(r"^\s{0,3}>")
@@ -35,7 +47,10 @@ _SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
 _RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
 _BULLET = re.compile(r"^\s*(?:[-*+]|\d{1,3}[.)])\s+(?:\[[ xX]\]\s+)?")
 _TABLE_SEP = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
-_EMPHASIS = re.compile(r"(\*{1,3}|_{1,3}|~~)(?=\S)(.+?)(?<=\S)\1")
+# Emphasis spans at most MAX_SENTENCE_CHARS: real ones are a few words. Unbounded, the search
+# for a closing marker ran to the end of the line from every opener, and a 20,000-character
+# line of "*a " took ~10 s (issue 17). Markers left unmatched go as stray markup below.
+_EMPHASIS = re.compile(rf"(\*{{1,3}}|_{{1,3}}|~~)(?=\S)(.{{1,{MAX_SENTENCE_CHARS}}}?)(?<=\S)\1")
 _LATIN = re.compile(r"[A-Za-z\u00C0-\u024F]")
 _SPACES = re.compile(r"[ \t\u00A0]+")
 _SENTENCE_END = re.compile(r"[.!?…]+[\"'”’)\]]*(?=\s+|$)")
@@ -45,6 +60,16 @@ _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof sr jr st vs etc e.g i.e cf approx no fig eq vol ca inc ltd co dept est "
     "jan feb mar apr jun jul aug sep sept oct nov dec".split()
 )
+
+
+def check_text_length(text: str, *, name: str = "the text") -> str:
+    """`text` itself, or a `UsageError` (exit 2) when it is longer than `MAX_TEXT_CHARS`."""
+    if len(text) > MAX_TEXT_CHARS:
+        raise UsageError(
+            f"{name} is too long: {len(text)} characters, the limit is {MAX_TEXT_CHARS}",
+            hint="say it in parts",
+        )
+    return text
 
 
 def is_emoji(char: str) -> bool:
@@ -269,6 +294,9 @@ def extract_quotes(text: str) -> list[str]:
 
 __all__ = [
     "MAX_SENTENCE_CHARS",
+    "MAX_TEXT_BYTES",
+    "MAX_TEXT_CHARS",
+    "check_text_length",
     "clean_line",
     "clean_text",
     "extract_quotes",

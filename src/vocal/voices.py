@@ -13,6 +13,12 @@ rate with its loudness normalised, and stores it as a sample with `default.wav` 
 `use` moves the symlink to another sample. A directory with several WAVs and no `default.wav`
 is reported as a problem, never silently resolved to one of them.
 
+vocal removes or replaces only a voice directory it made (issue 17): one holding nothing but
+the layout above (`add` also leaves a `.vocal-voice` marker, for provenance; voices made by
+older versions have none, and the layout alone decides). A folder of the user's
+(`VOCAL_VOICES_DIR` pointed at a projects folder) is listed as "not a voice" and is never
+removed, replaced or changed; a `default.wav` link must name a file in its own directory.
+
 `resolve_voice` is what `speak` and `converse` call with `--voice NAME`: a stored voice speaks
 through the Chatterbox engine (and fails with exit 5, naming the missing files, when its
 weights are absent, rather than speaking in another voice); any other name goes to the
@@ -46,6 +52,8 @@ CLONING_ENGINE = "chatterbox"
 DEFAULT_FILE = "default.wav"
 DESCRIPTION_FILE = "description.txt"
 PERSONA_FILE = "persona.md"
+#: Written by `add` into every voice directory: this one is vocal's to remove or replace.
+MARKER_FILE = ".vocal-voice"
 NAME_MAX_CHARS = 64
 PERSONA_MAX_BYTES = 64 * 1024
 
@@ -71,7 +79,8 @@ MAX_CLIPPED_FRACTION = 0.001
 TARGET_RMS_DBFS = -20.0
 PEAK_CEILING_DBFS = -1.0
 
-_NAME = re.compile(r"^[\w][\w.-]*$")
+# fullmatch, not `$`: `$` also matches before a trailing newline ("alice\n" is no name).
+_NAME = re.compile(r"\w[\w.-]*")
 
 
 def _db(value: float) -> float:
@@ -100,7 +109,7 @@ def validate_voice_name(name: str) -> str:
         reason = "hidden names (a leading '.') are not allowed"
     elif len(name) > NAME_MAX_CHARS:
         reason = f"it is longer than {NAME_MAX_CHARS} characters"
-    elif not _NAME.match(name):
+    elif not _NAME.fullmatch(name):
         reason = "use letters, digits, '_', '-' and '.' only"
     if reason:
         raise UsageError(f"invalid voice name {name!r}: {reason}")
@@ -248,6 +257,64 @@ def prepare_clip(audio: Audio, *, name: str = "the clip") -> tuple[Audio, ClipRe
     return stored, report
 
 
+# -- whose directory ----------------------------------------------------------------------------
+def default_link_problem(directory: Path) -> str | None:
+    """Why `default.wav` in `directory` is not a link vocal makes (None if it is one, or is
+    not a link): vocal's links name a file beside them, so they never leave the voice."""
+    link = Path(directory) / DEFAULT_FILE
+    if not link.is_symlink():
+        return None
+    target = os.readlink(link)
+    parts = Path(target).parts
+    if len(parts) != 1 or parts[0] in (".", "..") or Path(target).is_absolute():
+        return f"default.wav points outside the voice's directory (to {target})"
+    return None
+
+
+def _is_voice_entry(directory: Path, name: str) -> bool:
+    """Whether entry `name` of a voice directory is one `add` and `use` make."""
+    path = directory / name
+    if name == DEFAULT_FILE and path.is_symlink():
+        return default_link_problem(directory) is None
+    if path.is_symlink() or not path.is_file():
+        return False
+    if name in (MARKER_FILE, DESCRIPTION_FILE, PERSONA_FILE):
+        return True
+    # Samples, and the temporary link `_link_default` leaves if it is killed.
+    return name.lower().endswith(".wav") and (
+        not name.startswith(".") or name.startswith(".default-")
+    )
+
+
+def ownership_problem(directory: Path) -> str | None:
+    """Why `directory` is not a voice vocal may remove or replace (None when it is): it must
+    be a real directory holding only what `add` makes (marked or not: older vocals wrote no
+    marker). Anything else (code, notes, sub-folders) is the user's."""
+    directory = Path(directory)
+    if directory.is_symlink():
+        return f"{directory} is a symbolic link, not a voice directory"
+    if not directory.is_dir():
+        return f"{directory} is not a directory"
+    link = default_link_problem(directory)
+    if link:
+        return link
+    foreign = sorted(n for n in os.listdir(directory) if not _is_voice_entry(directory, n))
+    if not foreign:
+        return None
+    shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+    return f"not a voice: it holds files `vocal voices add` does not make ({shown})"
+
+
+def _refuse_foreign(directory: Path, doing: str) -> None:
+    problem = ownership_problem(directory)
+    if problem:
+        raise UsageError(
+            f"refusing to {doing} {directory}: {problem}",
+            hint="vocal changes only voices it made; move the folder, or set VOCAL_VOICES_DIR "
+            "to a directory of voices only",
+        )
+
+
 # -- the store --------------------------------------------------------------------------------
 @dataclass
 class Sample:
@@ -360,6 +427,10 @@ class VoiceStore:
         """Read a voice directory as it is, problems included."""
         path = self.root / name
         voice = Voice(name=name, path=path)
+        foreign = ownership_problem(path)  # a link out of the voice, or a folder of the user's
+        if foreign:  # nothing in it is read, and nothing offers to replace it
+            voice.problem = foreign
+            return voice
         wavs = sorted(
             p
             for p in path.iterdir()
@@ -420,6 +491,8 @@ class VoiceStore:
         """
         validate_voice_name(name)
         target = self.root / name
+        if os.path.lexists(target):
+            _refuse_foreign(target, "replace")
         if target.exists() and not force:
             raise UsageError(
                 f"a voice named {name!r} already exists",
@@ -432,6 +505,7 @@ class VoiceStore:
         try:
             sample = f"{sample_name_for(Path(clip))}.wav"
             write_wav(staging / sample, audio)
+            (staging / MARKER_FILE).write_text(json.dumps({"version": 1}) + "\n", encoding="utf-8")
             _link_default(staging, sample)
             if description is not None and description.strip():
                 (staging / DESCRIPTION_FILE).write_text(
@@ -441,6 +515,7 @@ class VoiceStore:
                 (staging / PERSONA_FILE).write_text(persona_text, encoding="utf-8")
             os.chmod(staging, 0o755 & ~umask())  # mkdtemp makes 0700
             if target.exists():
+                _refuse_foreign(target, "replace")  # checked again: it may have changed
                 old = Path(tempfile.mkdtemp(prefix=f".old-{name}-", dir=self.root))
                 os.replace(target, old / name)
                 os.replace(staging, target)
@@ -456,6 +531,7 @@ class VoiceStore:
         """Point `default.wav` at `sample` (a WAV in the voice's directory; `.wav` optional),
         after checking the sample is a usable reference clip."""
         voice = self.get(name)
+        _refuse_foreign(voice.path, "change")
         stem = sample[:-4] if sample.lower().endswith(".wav") else sample
         found = next((s for s in voice.samples if s.name == stem), None)
         if found is None or not is_voice_name(stem):
@@ -474,9 +550,24 @@ class VoiceStore:
         return self.load(name)
 
     def remove(self, name: str) -> Path:
-        """Delete voice `name` and everything in its directory; returns the path removed."""
+        """Delete voice `name`, a directory vocal made, and its files; returns the path removed.
+
+        A directory holding anything `add` does not make is refused (`UsageError`, exit 2) and
+        left as it is. Files are removed one by one (never a tree), so one that appears
+        meanwhile stays, with its directory.
+        """
         voice = self.get(name)
-        shutil.rmtree(voice.path)
+        _refuse_foreign(voice.path, "remove")
+        for entry in os.listdir(voice.path):
+            if _is_voice_entry(voice.path, entry):
+                (voice.path / entry).unlink(missing_ok=True)
+        try:
+            voice.path.rmdir()
+        except OSError:
+            raise UsageError(
+                f"{voice.path} was not removed: files appeared in it meanwhile",
+                hint="look at what is there, and remove it yourself if it is not needed",
+            ) from None
         return voice.path
 
 
@@ -592,7 +683,9 @@ __all__ = [
     "Voice",
     "VoiceStore",
     "check_cloning_available",
+    "default_link_problem",
     "is_voice_name",
+    "ownership_problem",
     "prepare_clip",
     "read_clip",
     "resolve_voice",

@@ -131,7 +131,7 @@ def wait(
     30 s) or `wait` again within VOCAL_CONCH_REMOTE_TTL (default 90 s); calling `wait` again
     takes the floor once it is granted. `vocal conch leave` gives the place up.
     """
-    from vocal.conch import Conch, ConchBusy
+    from vocal.conch import Conch, ConchBusy, interrupt_on_signals
     from vocal.config import load_settings
 
     settings = load_settings(session=session, agent=agent)
@@ -140,8 +140,10 @@ def wait(
     if callback or settings.conch_mode == "callback":
         limit_s = 0.0
     limit_s = min(limit_s, settings.conch_wait_cap_s)
-    outcome = Conch.from_settings(settings).wait_remote(name, agent=settings.agent,
-                                                        timeout_s=limit_s)  # fmt: skip
+    # Killed while it waits (SIGTERM, SIGHUP), it gives its place back (issue 17).
+    with interrupt_on_signals():
+        outcome = Conch.from_settings(settings).wait_remote(name, agent=settings.agent,
+                                                            timeout_s=limit_s)  # fmt: skip
     if outcome.granted and settings.auto_focus_pane:
         from vocal.focus import focus_pane
 

@@ -75,12 +75,16 @@ def converse(
     import time
 
     started_at_s = time.monotonic()
-    from vocal.config import load_settings
+    from vocal.config import load_settings, require_finite
     from vocal.converse import STOPPED_MARKER, ConverseOptions
     from vocal.converse import converse as converse_turn
     from vocal.errors import NoSpeechError
     from vocal.speech import text_argument
 
+    # Click's float options take "nan" and "inf", and NaN passes their `min=` (issue 17).
+    require_finite("--speed", speed)
+    require_finite("--no-speech-timeout", no_speech_timeout)
+    require_finite("--max-seconds", max_seconds)
     text, from_stdin = text_argument(text)
     if from_stdin:
         started_at_s = time.monotonic()

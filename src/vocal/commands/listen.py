@@ -80,10 +80,14 @@ def listen(
     """
     # The microphone opens first: everything else (numpy, the VAD, Whisper) loads while it
     # records, since a turn is a process (vocal.devices imports no numpy for this).
-    from vocal.config import load_settings
+    from vocal.config import load_settings, require_finite
     from vocal.devices import Microphone, WavSource
     from vocal.errors import UsageError
 
+    # Click's float options take "nan" and "inf", and NaN passes their `min=` (issue 17).
+    require_finite("--seconds", seconds)
+    require_finite("--max-seconds", max_seconds)
+    require_finite("--no-speech-timeout", no_speech_timeout)
     settings = load_settings(
         silence_ms=silence_ms,
         turn_model=turn_model,

@@ -20,11 +20,16 @@ def teardown(
 ) -> None:
     """Stop running vocal processes, then remove what vocal downloaded or cached.
 
-    Stops every speak/converse/listen with a control socket and the conch holder, then removes
-    the cache (weights, encoded voice references, optimized models, the provider ladder's
+    Stops every speak/converse/listen with a control socket and the conch holder (a recorded
+    process is signalled only when it is verifiably still the one recorded), then removes the
+    cache (weights, encoded voice references, optimized models, the provider ladder's
     remembered rung, MLX conversions), history, logs, conch and run files, and vocal's hook
     entries (user scope and this project). Keeps voices/, config.toml and gates.json unless
     --all. The Hugging Face hub cache (shared with other programs) is left alone.
+
+    Only what vocal created is removed: a state directory (VOCAL_HOME) holding files vocal did
+    not make is refused with exit 2, naming them; a VOCAL_TTS_CACHE_DIR elsewhere loses only
+    the files vocal's engines wrote there.
 
     Without a terminal it needs --yes (exit 2 otherwise); --dry-run changes nothing.
     """
@@ -33,10 +38,11 @@ def teardown(
 
     from vocal.config import load_settings
     from vocal.errors import UsageError
-    from vocal.teardown import installed_hook_files, plan
+    from vocal.teardown import check_home, installed_hook_files, left_behind, plan
     from vocal.teardown import teardown as run_teardown
 
     settings = load_settings()
+    check_home(settings, adopt=False)  # a directory that is not vocal's: refused before asking
     if not yes and not dry_run:
         if not sys.stdin.isatty():
             raise UsageError(
@@ -49,6 +55,8 @@ def teardown(
             typer.echo(f"remove {path}", err=True)
         for path in installed_hook_files():
             typer.echo(f"remove vocal hooks from {path}", err=True)
+        for path in left_behind(settings):
+            typer.echo(f"leave {path} (not vocal's)", err=True)
         typer.confirm("Stop running vocal processes and remove the above?", abort=True, err=True)
     report = run_teardown(settings, all_=all_, dry_run=dry_run)
     if json_output:
@@ -63,3 +71,7 @@ def teardown(
         typer.echo(f"{verb} vocal hooks from {hook['path']}")
     for path in report.kept:
         typer.echo(f"kept {path}")
+    for path in report.left:
+        typer.echo(f"left {path} (not vocal's)")
+    for proc in report.not_stopped:
+        typer.echo(f"left pid {proc['pid']} ({proc['kind']}) running: {proc['why']}", err=True)
