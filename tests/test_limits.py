@@ -344,3 +344,25 @@ def test_nan_flags_are_refused_before_any_audio(
     # Click's FloatRange takes "nan" (every comparison with it is false) and "inf".
     extra = ("--input", str(speech_wav)) if args[0] == "listen" else ()
     assert_one_line_exit_2(run_vocal(*args, *extra, timeout=60), flag, "finite")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["speak", "--speed", "nan", "-o", "out.wav", "hi"],
+        ["speak", "--volume", "nan", "-o", "out.wav", "hi"],
+        ["play", "--volume", "nan", "in.wav"],
+        ["replay", "--volume", "inf"],
+        ["listen", "--max-seconds", "nan", "--input", "in.wav"],
+        ["converse", "--speed", "inf", "hi"],
+        ["conch", "wait", "--timeout", "nan"],
+        ["focus", "hold", "--seconds", "nan"],
+    ],
+)
+def test_every_float_flag_refuses_nan_and_infinity(args: list[str], tmp_path: Path) -> None:
+    """Click's FloatRange lets NaN through (every comparison with it is false): each float
+    option has the `finite` callback."""
+    result = run_vocal(*[str(tmp_path / a) if a.endswith(".wav") else a for a in args])
+    assert result.returncode == 2, result.stderr.decode()
+    assert b"finite" in result.stderr or b"range" in result.stderr
+    assert b"Traceback" not in result.stderr

@@ -299,7 +299,10 @@ def load_settings(**flags: object) -> Settings:
         if name == "home":
             continue
         if flags.get(name) is not None:
-            values[name] = flags[name]
+            value = flags[name]
+            if isinstance(value, float):  # a command-line float: click takes "nan" and "inf"
+                require_finite(f"--{name.replace('_', '-')}", value)
+            values[name] = value
         elif env_name(f) in os.environ:
             values[name] = _convert(env_name(f), os.environ[env_name(f)], hints[name])
         elif name in file_values:

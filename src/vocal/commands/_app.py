@@ -54,3 +54,13 @@ def max_pause_ms_option() -> Any:
         min=100,
         help="The longest pause waited through when the turn sounds unfinished, in ms [2500].",
     )
+
+
+def finite(ctx: typer.Context, value: float | None) -> float | None:
+    """Callback for float options: NaN and infinity are usage errors (exit 2). Click's
+    FloatRange lets NaN through, since every comparison with it is false (issue 17)."""
+    import math
+
+    if ctx.resilient_parsing or value is None or math.isfinite(value):
+        return value
+    raise typer.BadParameter(f"must be a finite number, got {value}")

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from vocal.commands._app import command_app
+from vocal.commands._app import command_app, finite
 
 if TYPE_CHECKING:
     from vocal.conch import Conch
@@ -109,6 +109,7 @@ def wait(
         "--timeout",
         min=0.0,
         help="Seconds to wait (default VOCAL_CONCH_TIMEOUT), at most VOCAL_CONCH_WAIT_CAP.",
+        callback=finite,
     ),  # fmt: skip
     callback: bool = typer.Option(
         False, "--callback", help="Do not wait: take it if free, else keep a place and exit 3."

@@ -6,6 +6,7 @@ import typer
 
 from vocal.commands._app import (
     command_app,
+    finite,
     max_pause_ms_option,
     silence_ms_option,
     turn_check_ms_option,
@@ -25,7 +26,12 @@ def converse(
     ),
     engine: str | None = typer.Option(None, "--engine", help="TTS engine (default hibari)."),
     speed: float | None = typer.Option(
-        None, "--speed", min=0.25, max=4.0, help="Pace, 1.0 is the engine's normal."
+        None,
+        "--speed",
+        min=0.25,
+        max=4.0,
+        help="Pace, 1.0 is the engine's normal.",
+        callback=finite,
     ),
     barge_in: bool | None = typer.Option(
         None,
@@ -45,9 +51,14 @@ def converse(
         "--no-speech-timeout",
         min=0.1,
         help="Give up (exit 4) when nobody speaks for this long after the reply, in s [15].",
+        callback=finite,
     ),  # fmt: skip
     max_seconds: float | None = typer.Option(
-        None, "--max-seconds", min=0.1, help="Hard cap on the answer, in seconds [60]."
+        None,
+        "--max-seconds",
+        min=0.1,
+        help="Hard cap on the answer, in seconds [60].",
+        callback=finite,
     ),
     session: str | None = typer.Option(None, "--session", help="Conch session name."),
     agent: str | None = typer.Option(None, "--agent", help="Agent name shown to others."),
@@ -75,16 +86,13 @@ def converse(
     import time
 
     started_at_s = time.monotonic()
-    from vocal.config import load_settings, require_finite
+    from vocal.config import load_settings
     from vocal.converse import STOPPED_MARKER, ConverseOptions
     from vocal.converse import converse as converse_turn
     from vocal.errors import NoSpeechError
     from vocal.speech import text_argument
 
     # Click's float options take "nan" and "inf", and NaN passes their `min=` (issue 17).
-    require_finite("--speed", speed)
-    require_finite("--no-speech-timeout", no_speech_timeout)
-    require_finite("--max-seconds", max_seconds)
     text, from_stdin = text_argument(text)
     if from_stdin:
         started_at_s = time.monotonic()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from vocal.commands._app import command_app
+from vocal.commands._app import command_app, finite
 
 app = command_app()
 
@@ -17,7 +17,12 @@ def doctor(
         False, "--json", help="Print a JSON array of checks: name, status, detail, fix."
     ),
     listen_s: float = typer.Option(
-        0.5, "--listen-s", min=0.1, max=10.0, help="How long to record the microphone, in s."
+        0.5,
+        "--listen-s",
+        min=0.1,
+        max=10.0,
+        help="How long to record the microphone, in s.",
+        callback=finite,
     ),
 ) -> None:
     """Check that this machine can hold a spoken turn, and say how to fix what cannot.

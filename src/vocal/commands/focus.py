@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from vocal.commands._app import command_app
+from vocal.commands._app import command_app, finite
 
 app = command_app(no_args_is_help=True)
 
@@ -14,7 +14,11 @@ app = command_app(no_args_is_help=True)
 @app.command()
 def hold(
     seconds: float | None = typer.Option(
-        None, "--seconds", min=0.0, help="How long (default VOCAL_FOCUS_HOLD_SECONDS, 30)."
+        None,
+        "--seconds",
+        min=0.0,
+        help="How long (default VOCAL_FOCUS_HOLD_SECONDS, 30).",
+        callback=finite,
     ),
 ) -> None:
     """Keep focus on the active pane of this tmux session for a while.

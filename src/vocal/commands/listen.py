@@ -8,6 +8,7 @@ import typer
 
 from vocal.commands._app import (
     command_app,
+    finite,
     max_pause_ms_option,
     silence_ms_option,
     turn_check_ms_option,
@@ -23,10 +24,18 @@ def listen(
         True, "--vad/--no-vad", help="End when the speaker stops (VAD), or record --seconds."
     ),
     seconds: float = typer.Option(
-        5.0, "--seconds", min=0.1, help="The fixed window with --no-vad, in seconds."
+        5.0,
+        "--seconds",
+        min=0.1,
+        help="The fixed window with --no-vad, in seconds.",
+        callback=finite,
     ),
     max_seconds: float | None = typer.Option(
-        None, "--max-seconds", min=0.1, help="Hard cap on the recording, in seconds [60]."
+        None,
+        "--max-seconds",
+        min=0.1,
+        help="Hard cap on the recording, in seconds [60].",
+        callback=finite,
     ),
     silence_ms: int | None = silence_ms_option(),
     turn_model: bool | None = turn_model_option(),
@@ -37,6 +46,7 @@ def listen(
         "--no-speech-timeout",
         min=0.1,
         help="Give up (exit 4) when nobody speaks for this long, in seconds [15].",
+        callback=finite,
     ),  # fmt: skip
     input_file: Path | None = typer.Option(
         None, "--input", "-i", help="Read this WAV instead of the microphone (any rate)."
@@ -80,14 +90,11 @@ def listen(
     """
     # The microphone opens first: everything else (numpy, the VAD, Whisper) loads while it
     # records, since a turn is a process (vocal.devices imports no numpy for this).
-    from vocal.config import load_settings, require_finite
+    from vocal.config import load_settings
     from vocal.devices import Microphone, WavSource
     from vocal.errors import UsageError
 
     # Click's float options take "nan" and "inf", and NaN passes their `min=` (issue 17).
-    require_finite("--seconds", seconds)
-    require_finite("--max-seconds", max_seconds)
-    require_finite("--no-speech-timeout", no_speech_timeout)
     settings = load_settings(
         silence_ms=silence_ms,
         turn_model=turn_model,

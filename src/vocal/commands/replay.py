@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from vocal.commands._app import command_app
+from vocal.commands._app import command_app, finite
 
 app = command_app()
 
@@ -22,7 +22,9 @@ def replay(
     device: str | None = typer.Option(
         None, "--device", envvar="VOCAL_OUTPUT_DEVICE", help="Output device index or name part."
     ),
-    volume: float = typer.Option(1.0, "--volume", min=0.0, max=2.0, help="Gain, 0 to 2."),
+    volume: float = typer.Option(
+        1.0, "--volume", min=0.0, max=2.0, help="Gain, 0 to 2.", callback=finite
+    ),
     no_conch: bool = typer.Option(False, "--no-conch", help="Play without taking the floor."),
     session: str | None = typer.Option(None, "--session", help="Whose turn this is."),
     agent: str | None = typer.Option(None, "--agent", help="A name for `vocal conch status`."),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from vocal.commands._app import command_app
+from vocal.commands._app import command_app, finite
 
 app = command_app()
 
@@ -23,10 +23,20 @@ def speak(
         None, "--engine", help="hibari (default), espeak-ng, piper, say, openai, elevenlabs."
     ),
     speed: float | None = typer.Option(
-        None, "--speed", min=0.25, max=4.0, help="Pace, 1.0 is the engine's normal."
+        None,
+        "--speed",
+        min=0.25,
+        max=4.0,
+        help="Pace, 1.0 is the engine's normal.",
+        callback=finite,
     ),
     volume: float | None = typer.Option(
-        None, "--volume", min=0.0, max=2.0, help="Gain 0 to 2 (default: `vocal volume`)."
+        None,
+        "--volume",
+        min=0.0,
+        max=2.0,
+        help="Gain 0 to 2 (default: `vocal volume`).",
+        callback=finite,
     ),
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Write a 16-bit WAV here instead of playing."
