@@ -60,6 +60,10 @@ def test_history_keeps_the_newest_n_on_disk() -> None:
     files = sorted(p.name for p in history.directory.iterdir() if p.suffix in (".json", ".pcm"))
     assert files == [f"{i:06d}.{ext}" for i in (4, 5, 6) for ext in ("json", "pcm")]
     assert (history.directory.stat().st_mode & 0o777) == 0o700
+    # What was said is the user's alone (issue 17: the PCM files were 0644).
+    for path in history.directory.iterdir():
+        if path.suffix in (".json", ".pcm"):
+            assert path.stat().st_mode & 0o077 == 0, path
 
 
 def test_size_comes_from_settings_with_a_minimum_of_one(monkeypatch: pytest.MonkeyPatch) -> None:

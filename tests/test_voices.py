@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from runner import run_vocal
-from speech import espeak, with_silence
+from speech import espeak, tone, with_silence
 
 from vocal.audio import Audio, read_wav, write_wav
 from vocal.config import load_settings
@@ -153,8 +153,9 @@ def test_a_stereo_44k_clip_becomes_mono_24k() -> None:
         (lambda: Audio(np.tile(speech_clip().mono_samples, 3), 16_000), "holds 2"),
         (lambda: Audio(np.zeros(16_000 * 7, np.float32), 16_000), "is silent"),
         (lambda: Audio(np.clip(speech_clip().mono_samples * 12, -1, 1), 16_000), "is clipped"),
+        (lambda: Audio(tone(220, 7.0, amplitude=0.3), 16_000), "is not speech"),
     ],
-    ids=["2s", "20s", "silence", "clipped"],
+    ids=["2s", "20s", "silence", "clipped", "tone"],
 )
 def test_bad_clips_are_refused_with_the_reason(make, message: str) -> None:  # noqa: ANN001
     with pytest.raises(ClipError, match=message) as caught:

@@ -262,7 +262,10 @@ class History:
                 created_at=time.time(), session=session, agent=agent,
                 pcm_path=self._pcm_path(utterance_id),
             )  # fmt: skip
-            out = open(utterance.pcm_path, "wb")  # type: ignore[arg-type]  # noqa: SIM115
+            # 0600: what was said is the user's alone (issue 17: the PCM was 0644). O_NOFOLLOW: a
+            # link planted in the history directory is not written through.
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+            out = os.fdopen(os.open(utterance.pcm_path, flags, 0o600), "wb")  # type: ignore[arg-type]
             try:
                 self._write_meta(utterance)
                 self._trim()

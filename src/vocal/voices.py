@@ -195,6 +195,21 @@ def _clipped_fraction(samples: np.ndarray) -> float:
     return flagged / max(samples.size, 1)
 
 
+#: The share of a clip's loud span that Silero VAD must judge speech (p >= 0.5). A 7 s sine
+#: tone passed the loudness checks as "7.0 s of speech" (issue 17); read speech scores well
+#: above half, with breaths and pauses below.
+MIN_VOICED_SHARE = 0.3
+
+
+def _voiced_share(samples_24k: np.ndarray) -> float:
+    """The share of 32 ms chunks Silero VAD judges speech, on the clip at 16 kHz."""
+    from vocal.vad import SileroVad
+
+    samples = Audio(samples_24k, CLONE_SAMPLE_RATE).resample(16_000).mono_samples
+    probabilities = SileroVad().probabilities(samples)
+    return float(np.mean(probabilities >= 0.5)) if probabilities.size else 0.0
+
+
 def prepare_clip(audio: Audio, *, name: str = "the clip") -> tuple[Audio, ClipReport]:
     """Validate a reference clip and convert it: mono, 24 kHz, trimmed, loudness-normalised.
 
@@ -233,6 +248,13 @@ def prepare_clip(audio: Audio, *, name: str = "the clip") -> tuple[Audio, ClipRe
             f"{name} holds {speech_s:.1f} s of speech; a voice needs {MIN_SPEECH_S:g}–"
             f"{MAX_SPEECH_S:g} s",
             hint="cut it to one or two clean sentences, e.g. `sox in.wav out.wav trim 0 8`",
+        )
+    voiced_share = _voiced_share(mono[first * frame : (last + 1) * frame])
+    if voiced_share < MIN_VOICED_SHARE:
+        raise ClipError(
+            f"{name} is not speech: Silero VAD hears a voice in {voiced_share:.0%} of it "
+            "(a tone, music or noise)",
+            hint="record 5–9 s of speech",
         )
     margin = round(MARGIN_S * CLONE_SAMPLE_RATE)
     start = max(0, first * frame - margin)
