@@ -426,7 +426,9 @@ class Turn:
         if current is not None:
             info["utterance"] = {"id": current.id, "text": current.text}
         if output is not None:
-            info["played_s"] = round(output.played_frames / output.sample_rate, 3)
+            # The reply's audio sent so far: paused time and silence do not count (issue 17).
+            played = getattr(output, "consumed_frames", output.played_frames)
+            info["played_s"] = round(played / output.sample_rate, 3)
             info["paused"] = bool(output.paused)
         for callback in self._callbacks.get("status", []):
             info.update(callback({}) or {})
