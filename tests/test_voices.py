@@ -575,3 +575,19 @@ def test_a_broken_voice_is_reported_not_guessed(
     (directory / "default.wav").unlink()
     with pytest.raises(UsageError, match="2 samples .* and no default.wav"):
         resolve_voice("bin", load_settings(), check=False)
+
+
+def test_add_checks_a_flac_header_against_the_limits_before_decoding(tmp_path: Path) -> None:
+    """FLAC, OGG and MP3 clips go through soundfile: the same duration and rate limits as a
+    WAV, read from the header (issue 17)."""
+    import soundfile
+
+    path = tmp_path / "long.flac"
+    rate = 8_000
+    with soundfile.SoundFile(str(path), "w", samplerate=rate, channels=1, format="FLAC") as out:
+        silence = np.zeros(rate * 60, np.float32)
+        for _ in range(21):  # 21 minutes of near-nothing: small on disk, over the limit
+            out.write(silence)
+    result = run_vocal("voices", "add", "long", str(path))
+    assert result.returncode == 2, stderr(result)
+    assert "over the limit" in stderr(result) and "Traceback" not in stderr(result)

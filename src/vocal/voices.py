@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vocal.atomicfile import umask
-from vocal.audio import Audio, read_wav, write_wav
+from vocal.audio import Audio, check_audio_limits, read_wav, write_wav
 from vocal.errors import AudioFormatError, UsageError
 from vocal.tts.chatterbox import SAMPLE_RATE as CLONE_SAMPLE_RATE
 
@@ -161,6 +161,18 @@ def read_clip(path: Path) -> Audio:
     try:
         import soundfile
 
+        info = soundfile.info(str(path))
+    except Exception:
+        raise ClipError(
+            f"{path}: not an audio file vocal can read",
+            hint="use a WAV, FLAC, OGG or MP3 recording of 5–9 s of speech",
+        ) from None
+    # The same limits as a WAV's, from the header, before decoding (issue 17).
+    try:
+        check_audio_limits(str(path), sample_rate=int(info.samplerate), frames=int(info.frames))
+    except AudioFormatError as exc:
+        raise ClipError(str(exc)) from None
+    try:
         samples, sample_rate = soundfile.read(str(path), dtype="float32", always_2d=True)
     except Exception:
         raise ClipError(
