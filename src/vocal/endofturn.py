@@ -31,7 +31,6 @@ microphone; until it is ready (or when it cannot load) pauses are judged by the 
 from __future__ import annotations
 
 import enum
-import importlib.util
 import os
 import re
 import threading
@@ -227,21 +226,11 @@ def log_mel_features(samples: np.ndarray) -> np.ndarray:
 def find_turn_model(*, download: bool = True) -> Path:
     """The Smart Turn ONNX file: $VOCAL_TURN_MODEL_PATH, a package that ships it, else the hub
     (downloaded once; EngineError offline or with `download` False)."""
-    override = os.environ.get(MODEL_ENV)
-    if override:
-        path = Path(override).expanduser()
-        if not path.is_file():
-            raise EngineError(f"{MODEL_ENV}={override}: no such file")
+    from vocal.vad import packaged_model
+
+    path = packaged_model(MODEL_ENV, MODEL_LOCATIONS)
+    if path is not None:
         return path
-    for package, relative in MODEL_LOCATIONS:
-        try:
-            spec = importlib.util.find_spec(package)
-        except (ImportError, ValueError):
-            continue
-        for root in (spec.submodule_search_locations or []) if spec else []:
-            path = Path(root) / relative
-            if path.is_file():
-                return path
     if not download:
         raise EngineError("the Smart Turn model is not installed", hint=INSTALL_HINT)
     from vocal.stt.models import hub_snapshot

