@@ -132,3 +132,15 @@ def test_repair_commands_work_over_deep_json(vocal_home: Path, repair: list[str]
         return
     assert json.loads(gates_path(vocal_home).read_text())["volume_percent"] in (50, 100)
     assert gates_path(vocal_home).stat().st_mode & 0o077 == 0
+
+
+def test_mute_refuses_a_state_directory_others_can_write(vocal_home: Path) -> None:
+    """Anyone who can write the state directory could swap the gates (issue 17): mute and
+    volume refuse it with the fix, as every command that writes state does."""
+    vocal_home.mkdir(parents=True, exist_ok=True)
+    os.chmod(vocal_home, 0o777)
+    for args in (["mute"], ["volume", "40"]):
+        result = run_vocal(*args)
+        assert result.returncode == 2, result.stderr.decode()
+        assert b"chmod 700" in result.stderr and b"Traceback" not in result.stderr
+    assert not gates_path(vocal_home).exists()

@@ -73,8 +73,10 @@ def write_gates(home: Path, gates: Gates) -> Gates:
     A link at gates.json is replaced, not followed: the state directory holds no links of ours."""
     path = gates_path(home)
     data = {"muted": gates.muted, "volume_percent": gates.volume_percent}
+    from vocal.config import ensure_state_dir
+
+    ensure_state_dir(home)  # made 0700 and marked, or refused if another user could write it
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(path, (json.dumps(data) + "\n").encode())
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

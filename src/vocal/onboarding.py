@@ -181,6 +181,9 @@ def run_setup(choices: SetupChoices, *, proof: bool = True) -> SetupResult:
     result.heard = turn.text.strip()
     result.proof = {"timings": turn.to_dict()["timings"], "mode": turn.mode}
     if values:
+        from vocal.config import ensure_state_dir
+
+        ensure_state_dir(settings.home)  # 0700 and vocal's, or refused (issue 17)
         write_config(settings.config_path, values)
         result.written = values
         status(f"wrote {', '.join(values)} to {settings.config_path}")
