@@ -366,3 +366,11 @@ def test_every_float_flag_refuses_nan_and_infinity(args: list[str], tmp_path: Pa
     assert result.returncode == 2, result.stderr.decode()
     assert b"finite" in result.stderr or b"range" in result.stderr
     assert b"Traceback" not in result.stderr
+
+
+def test_a_hook_event_is_read_with_a_limit() -> None:
+    """`vocal hooks reply` reads its event from stdin: an endless or huge input is refused,
+    not read into memory whole (issue 17)."""
+    result = run_vocal("hooks", "reply", input=b"\0" * (5 * 1024 * 1024))
+    assert result.returncode == 2 and b"not a hook event" in result.stderr
+    assert b"Traceback" not in result.stderr

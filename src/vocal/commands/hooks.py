@@ -93,7 +93,15 @@ def reply(
     from vocal.hooks import reply_from_event, speak_reply_detached
     from vocal.speech import decode_input
 
-    raw = decode_input(sys.stdin.buffer.read())
+    # A hook's event is a small JSON object (the reply itself is read from the transcript
+    # file it names); anything past this is not one, and is never read into memory whole.
+    limit_bytes = 4 * 1024 * 1024
+    data = sys.stdin.buffer.read(limit_bytes + 1)
+    if len(data) > limit_bytes:
+        from vocal.errors import UsageError
+
+        raise UsageError(f"the hook input is over {limit_bytes} bytes: not a hook event")
+    raw = decode_input(data)
     try:
         event = json.loads(raw) if raw.strip() else {}
     except ValueError as exc:
