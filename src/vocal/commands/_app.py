@@ -56,11 +56,15 @@ def max_pause_ms_option() -> Any:
     )
 
 
-def finite(ctx: typer.Context, value: float | None) -> float | None:
-    """Callback for float options: NaN and infinity are usage errors (exit 2). Click's
-    FloatRange lets NaN through, since every comparison with it is false (issue 17)."""
+def finite(ctx: typer.Context, param: typer.CallbackParam, value: float | None) -> float | None:
+    """Callback for float options: NaN and infinity are usage errors (exit 2), reported as
+    every vocal error is, on one line. Click's FloatRange lets NaN through, since every
+    comparison with it is false (issue 17)."""
     import math
 
     if ctx.resilient_parsing or value is None or math.isfinite(value):
         return value
-    raise typer.BadParameter(f"must be a finite number, got {value}")
+    from vocal.config import require_finite
+
+    name = param.opts[0] if param.opts else str(param.name)
+    return require_finite(name, value)
