@@ -370,3 +370,17 @@ def test_a_busy_floor_is_still_a_clean_exit_3(vocal_home: Path) -> None:
     assert result.returncode == 3 and b"Traceback" not in result.stderr
     with pytest.raises(ConchBusy):
         conch.acquire(session="other", mode="callback")
+
+
+def test_a_lock_counter_garbled_to_a_huge_number_still_numbers_valid_records(
+    tmp_path: Path,
+) -> None:
+    """Found by Hypothesis in a fresh CI run: a lock file holding 10**18 numbered the next
+    holder past the range its record is validated against, so the floor was taken and at once
+    set aside as malformed. The counter starts again above the numbers in use."""
+    directory = tmp_path / "conch"
+    Conch(directory).status()
+    (directory / "lock").write_bytes(b"1000000000000000000")
+    conch = Conch(directory, lock_expiry_s=5.0, remote_ttl_s=5.0)
+    held = conch.acquire(session="repair", mode="callback")
+    assert conch.holds(held.token) and held.seq == 1

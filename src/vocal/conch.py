@@ -414,7 +414,7 @@ class Conch:
         used = [w.seq for w in state.waiters]
         if state.holder is not None:
             used.append(state.holder.seq)
-        return next_counter(lock_fd, above=max(used, default=0))
+        return next_counter(lock_fd, above=max(used, default=0), ceiling=_SEQ_RANGE[1])
 
     def _quarantined_waiter(self, seq: int) -> set[str]:
         """The names under which waiter `seq`'s records were set aside as malformed."""

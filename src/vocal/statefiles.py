@@ -73,9 +73,11 @@ def locked(path: Path) -> Iterator[int]:
         os.close(fd)  # closing the last descriptor releases the lock
 
 
-def next_counter(lock_fd: int, *, above: int = 0) -> int:
+def next_counter(lock_fd: int, *, above: int = 0, ceiling: int | None = None) -> int:
     """Increment and return the counter kept in a lock file we hold (`locked`), never less than
-    `above` + 1 (a lock file emptied or garbled must not hand out numbers still in use).
+    `above` + 1 (a lock file emptied or garbled must not hand out numbers still in use), and
+    never over `ceiling` (a counter garbled to a huge number starts again above `above`: the
+    records it would number must stay within their validated range).
 
     Kept in place rather than in its own renamed file: replacing an existing file costs a data
     flush on ext4 (auto_da_alloc, ~0.2-0.7 ms here), and under the lock a 21-byte pwrite is
@@ -84,6 +86,8 @@ def next_counter(lock_fd: int, *, above: int = 0) -> int:
     raw = os.pread(lock_fd, 32, 0).split(b"\n")[0].strip()
     current = int(raw) if raw.isdigit() and len(raw) <= 20 else 0
     value = max(current, above) + 1
+    if ceiling is not None and value > ceiling:
+        value = above + 1
     os.pwrite(lock_fd, f"{value:020d}\n".encode(), 0)
     if os.fstat(lock_fd).st_size > 21:  # garbage after the counter (issue 17)
         os.ftruncate(lock_fd, 21)
