@@ -26,6 +26,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from speech import word_edits, words  # beside this module: importable wherever it is
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "corpus"
 KINDS = ("complete", "paused", "abandoned")
@@ -193,22 +195,8 @@ def normalize(text: str) -> list[str]:
     "mister", "ten" -> "10", no punctuation or case), else lower-case words."""
     normalizer = _whisper_normalizer()
     if normalizer is None:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from speech import words
-
         return words(text)
     return normalizer(text).split()
-
-
-def _edits(reference: list[str], hypothesis: list[str]) -> int:
-    """Levenshtein distance between two word lists."""
-    previous = list(range(len(hypothesis) + 1))
-    for i, ref in enumerate(reference, 1):
-        current = [i] + [0] * len(hypothesis)
-        for j, hyp in enumerate(hypothesis, 1):
-            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ref != hyp))
-        previous = current
-    return previous[-1]
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
@@ -217,7 +205,7 @@ def word_error_rate(reference: str, hypothesis: str) -> float:
     ref, hyp = normalize(reference), normalize(hypothesis)
     if not ref:
         return float(bool(hyp))
-    return _edits(ref, hyp) / len(ref)
+    return word_edits(ref, hyp) / len(ref)
 
 
 def corpus_wer(pairs) -> float:
@@ -226,6 +214,6 @@ def corpus_wer(pairs) -> float:
     edits = words = 0
     for reference, hypothesis in pairs:
         ref = normalize(reference)
-        edits += _edits(ref, normalize(hypothesis))
+        edits += word_edits(ref, normalize(hypothesis))
         words += len(ref)
     return edits / words if words else 0.0
