@@ -70,7 +70,8 @@ def test_listen_ends_on_its_own_after_the_speech() -> None:
 def test_ctrl_c_ends_the_recording_and_still_transcribes() -> None:
     # A whole sentence, not three words: one word heard differently ("files") is within the WER.
     first = trimmed(SENTENCE)
-    proc = start_vocal("listen", "--vad", "--json", "--silence-ms", "5000")
+    # The window held open (no turn model, 5 s) so that only Ctrl-C can end the recording.
+    proc = start_vocal("listen", "--vad", "--json", "--no-turn-model", "--silence-ms", "5000")
     time.sleep(1.5)
     play(join(first, silence(0.3)))
     proc.send_signal(signal.SIGINT)
