@@ -343,10 +343,6 @@ class _Run:
             max_seconds=options.max_seconds,
             no_speech_timeout_s=options.no_speech_timeout_s,
         )
-        if listening.end_of_turn.enabled:  # Smart Turn loads while the reply plays
-            from vocal.endofturn import TurnModelLoader
-
-            self.turn_loader = TurnModelLoader()
         self._open_microphone()
         self.clock["mic_opened"] = self.mic.opened_at_s
         kept, heard_from_s = self._speak(turn)
@@ -354,6 +350,13 @@ class _Run:
         if turn.stopped.is_set():
             return self._result(None, stopped=True)
         # -- listen ----------------------------------------------------------------------------
+        if listening.end_of_turn.enabled:
+            # Smart Turn loads once the reply is over, not while it plays: its load and warm-up
+            # beside playback, AEC and Whisper's warm-up made a barge-in test lose the person's
+            # onset (1 run in 4). Until it is ready (~0.2 s), pauses are judged by the text.
+            from vocal.endofturn import TurnModelLoader
+
+            self.turn_loader = TurnModelLoader()
         self.phase = "listening"
         turn.set_state("listening")
         source = _TurnSource(self.mic, kept, heard_from_s=heard_from_s,
