@@ -2,43 +2,20 @@
 
 Audio tests (`pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]`) open real
 PortAudio streams on a PulseAudio null sink that belongs to this session
-(tests/pulse.py). scripts/test installs and starts PulseAudio; without it, audio tests fail on CI
-and are skipped elsewhere (a developer's Mac, say) with the reason.
+(tests/harness/pulse.py). scripts/test installs and starts PulseAudio; without it, audio tests
+fail on CI and are skipped elsewhere (a developer's Mac, say) with the reason.
+
+Helpers live in the `harness` package (tests/harness/); this file holds only fixtures.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from pulse import PulseSinks, pulse_available, session_prefix  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
-
-
-def warm_up_streams(sinks: PulseSinks) -> None:
-    """Run an output and an input stream on each new sink until audio flows in real time.
-
-    The first streams on a fresh null sink stall and lose their first few hundred ms; tests
-    must not see that. libpulse reads PULSE_SINK/PULSE_SOURCE when a stream opens, so each
-    sink is warmed by pointing them at it in turn."""
-    import numpy as np
-
-    from vocal.devices import Microphone, Player
-
-    for sink in (sinks.room, sinks.speaker):  # the speaker last: the route tests start with
-        os.environ.update(sinks.route(sink, f"{sink}.monitor"))
-        mic = Microphone(16_000, block_frames=160).open()
-        with Player(16_000) as player:
-            player.play(np.zeros(16_000, np.float32))
-            player.finish()
-            player.wait(10)
-        mic.close()
+from harness.pulse import PulseSinks, pulse_available, session_prefix, warm_up_streams
 
 
 @pytest.fixture(autouse=True)

@@ -8,9 +8,9 @@ import time
 
 import numpy as np
 import pytest
-from room import RoomConfig, impulse_response, play_turn, running_room, without_room_stall
-from speech import espeak
 
+from harness.room import RoomConfig, impulse_response, play_turn, running_room, without_room_stall
+from harness.sounds import espeak
 from vocal import aec as aec_module
 from vocal.aec import (
     AecOptions,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from runner import run_vocal
-from speech import tone
 
+from harness.runner import run_vocal
+from harness.sounds import tone
 from vocal.audio import Audio, parse_wav, read_wav, resample, wav_bytes, write_wav
 from vocal.errors import AudioFormatError, UsageError
 

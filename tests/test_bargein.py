@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from room import play_turn, running_room, without_room_stall
-from speech import espeak, word_error_rate
 
+from harness.room import play_turn, running_room, without_room_stall
+from harness.sounds import espeak
+from harness.words import word_error_rate
 from vocal.aec import RenderActivity
 from vocal.audio import Audio, write_wav
 from vocal.bargein import BargeInDetector, BargeInOptions

@@ -1,6 +1,6 @@
 """The Chatterbox ONNX cloning engine, driven end to end through a tiny generated bundle.
 
-The bundle (tests/fixtures/chatterbox_bundle.py) has the hub export's file names and tensor
+The bundle (tests/harness/chatterbox_bundle.py) has the hub export's file names and tensor
 contract; real onnxruntime sessions run it. The provider ladder is exercised with real
 onnxruntime providers: a name this build rejects, the Azure provider every CPU wheel carries,
 and the CPU.
@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from runner import run_vocal
-from speech import espeak, with_silence
 
+from harness.chatterbox_bundle import SAMPLES_PER_TOKEN, build_bundle
+from harness.runner import run_vocal
+from harness.sounds import espeak, with_silence
 from vocal.audio import Audio, read_wav
 from vocal.config import load_settings
 from vocal.errors import EXIT_UNAVAILABLE, EngineError
@@ -36,10 +36,6 @@ from vocal.tts.chatterbox import (
     weights_dir,
 )
 from vocal.voices import VoiceStore, resolve_voice
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-
-from chatterbox_bundle import SAMPLES_PER_TOKEN, build_bundle  # noqa: E402
 
 AZURE = "AzureExecutionProvider"  # in every onnxruntime CPU wheel; runs nothing itself
 SENTENCE_A = (

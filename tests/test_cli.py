@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runner import run_vocal
-
+from harness.runner import run_vocal
 from vocal import __version__
 from vocal.cli import COMMANDS_DIR, discover_commands, summary_of
 

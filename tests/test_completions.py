@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from runner import run_vocal
 
+from harness.runner import run_vocal
 from vocal.completion import SHELLS, completion_script
 
 REPO = Path(__file__).resolve().parent.parent

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from runner import run_vocal
 
+from harness.runner import run_vocal
 from vocal.conch import Conch, ConchBusy, ConchCancelled, Held, HoldWatcher
 from vocal.config import load_settings
 from vocal.errors import EXIT_CONCH_TIMEOUT
@@ -563,7 +563,7 @@ def test_times_a_year_ahead_are_clamped_and_bump_moves_the_floor() -> None:
 def test_sigterm_to_conch_wait_gives_its_place_back() -> None:
     c = conch()
     held = c.acquire(session="holder")
-    from runner import start_vocal
+    from harness.runner import start_vocal
 
     proc = start_vocal("conch", "wait", "--session", "remote", "--timeout", "30")
     try:

@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 
-from runner import run_vocal, start_vocal
-from test_conch import wait_until
+from harness.conch_audio import wait_until
+from harness.runner import run_vocal, start_vocal
 
 #: A remote agent's side-car that keeps its place (or its hold): a heartbeat every argv[2] s,
 #: until killed. Through the library, so a loaded machine's interpreter start-up (which can

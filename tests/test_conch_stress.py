@@ -20,28 +20,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conch_audio import MonitorRecorder, timeline, tone_wav, wait_until
-from runner import run_vocal, start_vocal
 
-from vocal.conch import Conch
-from vocal.config import load_settings
+from harness.conch_audio import MonitorRecorder, timeline, tone_wav, wait_until
+from harness.floor import finish, floor, holder_session, queue_sessions
+from harness.runner import run_vocal, start_vocal
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 
 FREQUENCIES = [500, 700, 900, 1100, 1300, 1500, 1700, 1900]
-
-
-def floor() -> Conch:
-    return Conch.from_settings(load_settings())
-
-
-def queue_sessions() -> list[str]:
-    return [w.session for w in floor().status().waiters]
-
-
-def holder_session() -> str | None:
-    holder = floor().status().holder
-    return holder.session if holder else None
 
 
 def queue_behind_gate(files: list[Path], sessions: list[str], *extra: str,
@@ -54,19 +40,6 @@ def queue_behind_gate(files: list[Path], sessions: list[str], *extra: str,
         wait_until(lambda i=i: len(queue_sessions()) == i + 1, what=f"{session} to queue")
     assert queue_sessions() == sessions
     return procs
-
-
-def finish(procs: list[subprocess.Popen], timeout_s: float = 60) -> list[tuple[int, bytes, bytes]]:
-    results = []
-    for proc in procs:
-        try:
-            out, err = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            for other in procs:
-                other.kill()
-            raise AssertionError("a vocal play process hung") from None
-        results.append((proc.returncode, out, err))
-    return results
 
 
 def test_eight_processes_take_turns_without_overlap_in_fifo_order(tmp_path: Path) -> None:

@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conch_audio import MonitorRecorder, timeline, tone_wav, wait_until
-from runner import run_vocal, start_vocal
 
+from harness.conch_audio import MonitorRecorder, timeline, tone_wav, wait_until
+from harness.runner import run_vocal, start_vocal
 from vocal.config import load_settings
 from vocal.control import (
     ControlError,

@@ -1,8 +1,8 @@
 """`vocal converse` end to end on the room harness: real streams, real AEC3, real models.
 
 The reply is played by `vocal converse` (a subprocess) into this session's speaker sink; the
-room (tests/room.py) convolves it with an echo path, mixes in a person (espeak-ng) when a test
-asks, and plays that into the room sink whose monitor is the microphone.
+room (tests/harness/room.py) convolves it with an echo path, mixes in a person (espeak-ng) when
+a test asks, and plays that into the room sink whose monitor is the microphone.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
-from room import running_room, without_room_stall
-from runner import start_vocal
-from speech import espeak
 
+from harness.room import running_room, without_room_stall
+from harness.runner import start_vocal
+from harness.sounds import espeak
 from vocal.audio import write_wav
 from vocal.conch import Conch
 from vocal.config import load_settings
@@ -194,7 +194,7 @@ def test_control_skip_forward_cuts_to_listening(room, near_wav) -> None:
 
 
 def test_control_pause_holds_the_reply_silent_and_resume_finishes_it(room) -> None:
-    from speak_audio import Recorder
+    from harness.speak_audio import Recorder
 
     recorder = Recorder().start()  # this process's default source: the speaker's monitor
     try:
@@ -287,7 +287,7 @@ def test_output_device_failing_mid_reply_exits_5(room) -> None:
 
 # -- bad input -----------------------------------------------------------------------------------
 def test_bad_input_exits_2_before_touching_audio() -> None:
-    from runner import run_vocal
+    from harness.runner import run_vocal
 
     assert run_vocal("converse", "   ").returncode == 2
     bad = run_vocal("converse", "hello", "--aec", "sometimes")
@@ -298,8 +298,8 @@ def test_bad_input_exits_2_before_touching_audio() -> None:
 
 # -- the end of the answer (issue 16) -------------------------------------------------------------
 def corpus_turn(turn_id: str):
-    """One real recording from the corpus (tests/corpus.py)."""
-    from corpus import ensure_corpus, load_turns
+    """One real recording from the corpus (tests/harness/corpus.py)."""
+    from harness.corpus import ensure_corpus, load_turns
 
     ensure_corpus()
     return {turn.id: turn for turn in load_turns()}[turn_id]
@@ -309,7 +309,7 @@ def test_a_person_pausing_mid_sentence_is_waited_for(room) -> None:
     """A real person's answer with a 1.2 s pause spliced mid-sentence, after the reply: the
     turn model holds the turn open through the pause (the 700 ms window would have cut it) and
     the transcript has the words after it."""
-    from corpus import word_error_rate
+    from harness.corpus import word_error_rate
 
     turn = corpus_turn("sas-0870.cut11.paused1.2")  # "... consider how much | there might be"
     room.say(turn.path, delay_s=4.0, after="far")

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile
-from runner import run_vocal
-from speech import tone
 
+from harness.runner import run_vocal
+from harness.sounds import tone
 from vocal.cues import BUILTIN_FONT as BUILTIN
 from vocal.cues import (
     cue_settings,

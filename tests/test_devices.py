@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from loopback import align, captured, matched_fraction
-from runner import run_vocal
 
+from harness.loopback import align, captured, matched_fraction
+from harness.runner import run_vocal
 from vocal.devices import Microphone, Player, ReferenceBuffer
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]

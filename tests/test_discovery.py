@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_startup import HEAVY, loaded_modules
 
 import vocal
+from harness.imports import HEAVY, loaded_modules
 
 COMMAND = '''"""{summary}"""
 

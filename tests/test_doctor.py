@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from pulse import PulseSinks
-from runner import run_vocal
-from speech import tone
+
+from harness.pulse import PulseSinks
+from harness.runner import run_vocal
+from harness.sounds import tone
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 

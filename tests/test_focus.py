@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from runner import run_vocal, start_vocal
-from test_conch import wait_until
+
+from harness.conch_audio import wait_until
+from harness.runner import run_vocal, start_vocal
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed "
                                 "(scripts/setup --test installs it)")  # fmt: skip
@@ -117,7 +118,7 @@ def test_two_agents_taking_turns_get_their_panes_focused(tmux: Tmux) -> None:
     # b waits in its own process while a holds the floor; when a releases, b is focused.
     b = start_vocal("conch", "wait", "--session", "b", env=tmux.env(b_pane))
     try:
-        wait_until(lambda: queued("b"), what="b to queue")
+        wait_until(lambda: queued("b"), timeout_s=30, what="b to queue")
         assert tmux.active() == a_pane
         release("a")
         assert b.wait(30) == 0
@@ -194,7 +195,7 @@ def test_nothing_happens_when_disabled_or_outside_tmux(tmux: Tmux, vocal_home) -
 @pytest.mark.audio
 @pytest.mark.usefixtures("pulse")
 def test_speaking_turns_focus_their_panes(tmux: Tmux, tmp_path: Path) -> None:
-    from conch_audio import tone_wav
+    from harness.conch_audio import tone_wav
 
     a_pane, b_pane = tmux.panes[0], tmux.panes[3]
     tmux.person_selects(tmux.panes[1])
@@ -205,7 +206,7 @@ def test_speaking_turns_focus_their_panes(tmux: Tmux, tmp_path: Path) -> None:
         wait_until(lambda: tmux.active() == a_pane, timeout_s=30, what="a's pane to be focused")
         b = start_vocal("play", str(b_wav), env=tmux.env(b_pane, VOCAL_SESSION="b"))
         try:
-            wait_until(lambda: queued("b") or b.poll() is not None, what="b to queue")
+            wait_until(lambda: queued("b") or b.poll() is not None, timeout_s=30, what="b to queue")
             assert a.poll() is None and tmux.active() == a_pane  # a still speaks
             assert a.wait(30) == 0 and b.wait(30) == 0
         finally:

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from runner import run_vocal
 
+from harness.runner import run_vocal
 from vocal.config import load_settings
 from vocal.gates import Gates, gates_path, read_gates, set_muted, set_volume
 from vocal.speech import SpeakOptions, speak

@@ -15,16 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conch_audio import MonitorRecorder, timeline, tone_wav, wait_until
-from runner import run_vocal, start_vocal
 
+from harness.conch_audio import MonitorRecorder, timeline, tone_wav, wait_until
+from harness.imports import HEAVY_FOR_REPLAY, imported_by
+from harness.runner import run_vocal, start_vocal
 from vocal.audio import Audio, read_wav
 from vocal.config import load_settings
 from vocal.control import endpoints, find_endpoint, send_command
 from vocal.history import History
-
-HEAVY_FOR_REPLAY = {"vocal.stt", "vocal.tts", "faster_whisper", "ctranslate2", "hibari",
-                    "onnxruntime", "mlx_whisper", "vocal.vad"}  # fmt: skip
 
 
 def tone(frequency: float, seconds: float = 0.3, rate: int = 16_000) -> Audio:
@@ -157,18 +155,6 @@ def test_replay_errors() -> None:
     result = run_vocal("replay", "3")
     assert result.returncode == 2 and b"holds 1 utterance(s), not 3" in result.stderr
     assert run_vocal("replay", "0").returncode == 2
-
-
-def imported_by(*args: str) -> set[str]:
-    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "vocal", *args],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert result.returncode == 0, result.stderr[-2000:]
-    names = set()
-    for line in result.stderr.splitlines():
-        if line.startswith("import time:") and "|" in line:
-            name = line.rsplit("|", 1)[1].strip()
-            names.update({name, name.split(".")[0]})
-    return names
 
 
 def test_replay_never_loads_speech_engines(tmp_path: Path) -> None:

@@ -10,10 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conch_audio import MonitorRecorder, wait_until
-from runner import run_vocal
-from test_speak_turn import MIN_SCORE, heard_intervals, rendered
 
+from harness.conch_audio import MonitorRecorder, wait_until
+from harness.heard import MIN_SCORE, heard_intervals, rendered
+from harness.runner import run_vocal
 from vocal.config import load_settings
 from vocal.hooks import _without_ours
 

@@ -18,9 +18,9 @@ import threading
 from pathlib import Path
 
 import pytest
-from runner import run_vocal
-from speech import tone
 
+from harness.runner import run_vocal
+from harness.sounds import tone
 from vocal import audio as audio_module
 from vocal.audio import (
     MAX_SAMPLE_RATE,

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from listen_audio import RATE, join, noise, silence, trimmed
-from runner import run_vocal
-from speech import word_error_rate
 
+from harness.listen_audio import RATE, join, noise, silence, trimmed
+from harness.runner import run_vocal
+from harness.words import word_error_rate
 from vocal.audio import Audio, read_wav, write_wav
 from vocal.devices import WavSource
 from vocal.errors import EngineError

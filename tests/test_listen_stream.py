@@ -19,10 +19,10 @@ import sys
 import time
 
 import pytest
-from listen_audio import join, silence, trimmed
-from runner import start_vocal
-from speech import word_error_rate
 
+from harness.listen_audio import join, silence, trimmed
+from harness.runner import start_vocal
+from harness.words import word_error_rate
 from vocal.audio import Audio
 from vocal.devices import Player
 

@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from runner import run_vocal
 
+from harness.runner import run_vocal
 from vocal.config import (
     STATE_MARKER_NAME,
     ensure_private_dir,

@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from runner import run_vocal
 
+from harness.runner import run_vocal
 from vocal import speech
 from vocal.audio import (
     MAX_SAMPLE_RATE,

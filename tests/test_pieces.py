@@ -3,7 +3,7 @@ as concurrent processes, in any order; what is checked is what reached the null 
 
 Each piece is one short espeak-ng line (espeak is deterministic and fast on a loaded machine);
 it is found in the recording of the speaker sink's monitor by cross-correlation with the same
-line rendered to a file (tests/test_speak_turn.py's `rendered` and `heard_intervals`), so the
+line rendered to a file (tests/harness/heard.py's `rendered` and `heard_intervals`), so the
 order, the count and the timing of what was heard are known without trusting the processes.
 """
 
@@ -22,10 +22,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conch_audio import MonitorRecorder, wait_until
-from runner import run_vocal, start_vocal
-from test_history import imported_by
-from test_speak_turn import (
+
+from harness.conch_audio import MonitorRecorder, wait_until
+from harness.heard import (
     HEAD_S,
     MIN_SCORE,
     MONITOR_RATE,
@@ -36,7 +35,8 @@ from test_speak_turn import (
     monitor,
     rendered,
 )
-
+from harness.imports import imported_by
+from harness.runner import run_vocal, start_vocal
 from vocal.config import load_settings
 from vocal.errors import UsageError
 from vocal.pieces import MessageBoard, PieceOutcome, run_piece

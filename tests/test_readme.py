@@ -8,9 +8,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from pulse import PulseSinks
-from speech import word_error_rate
-from test_setup import ANSWER, SimulatedPerson
+
+from harness.person import ANSWER, SimulatedPerson
+from harness.pulse import PulseSinks
+from harness.words import word_error_rate
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 

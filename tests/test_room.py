@@ -1,5 +1,5 @@
-"""The room harness (tests/room.py): what the speaker plays arrives at the microphone through
-the configured echo path, and near-end speech is mixed in when asked."""
+"""The room harness (tests/harness/room.py): what the speaker plays arrives at the microphone
+through the configured echo path, and near-end speech is mixed in when asked."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import time
 
 import numpy as np
 import pytest
-from loopback import captured
-from room import (
+
+from harness.loopback import captured
+from harness.room import (
     Convolver,
     Room,
     RoomConfig,
@@ -17,8 +18,7 @@ from room import (
     running_room,
     without_room_stall,
 )
-from speech import espeak
-
+from harness.sounds import espeak
 from vocal.audio import write_wav
 from vocal.devices import Microphone, Player
 
@@ -82,7 +82,7 @@ def test_played_signal_reaches_the_microphone_delayed_and_scaled(pulse) -> None:
         return captured(speaker), captured(mic)
 
     # A room process that stalls on a loaded machine drops audio: that run measures the
-    # machine, not the room, so it is measured again (tests/room.py without_room_stall).
+    # machine, not the room, so it is measured again (tests/harness/room.py without_room_stall).
     with Room.start(pulse.speaker, pulse.room, config) as room:
         (far, far_t), (near, near_t) = without_room_stall(room, measure)
     # The noise in the speaker's monitor, and the same instant in the room's output (the two

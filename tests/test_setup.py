@@ -4,17 +4,14 @@ the null-sink loopback answered by a simulated person; config.toml changes only 
 from __future__ import annotations
 
 import json
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from runner import run_vocal
-from speech import espeak, word_error_rate
 
+from harness.person import ANSWER, SimulatedPerson
+from harness.runner import run_vocal
+from harness.words import word_error_rate
 from vocal.onboarding import write_config
-
-ANSWER = "Yes, I can hear you clearly."
 
 
 def test_embedded_defaults_need_nothing() -> None:
@@ -74,43 +71,6 @@ def test_write_config_keeps_other_keys_and_comments(tmp_path: Path) -> None:
     assert text.startswith('# mine\nsilence_ms = 500  # quick\nstt_model = "base.en"\n')
     assert 'voice = "a \\"quoted\\" voice"' in text and text.endswith("[extra]\nx = 1\n")
     assert list(tmp_path.iterdir()) == [path], "no temporary file left behind"
-
-
-class SimulatedPerson:
-    """Answers once a turn in this VOCAL_HOME says it is listening (as scripts/run does)."""
-
-    def __init__(self, run_dir: Path, answer: str) -> None:
-        self.run_dir = run_dir
-        self.audio = espeak(answer)
-        self.answered = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> SimulatedPerson:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        from vocal.control import ControlError, endpoints, send_command
-        from vocal.devices import Player
-
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            for endpoint in endpoints(self.run_dir):
-                try:
-                    phase = send_command(endpoint, "status").get("converse")
-                except ControlError:
-                    continue
-                if phase == "listening":
-                    with Player(self.audio.sample_rate) as player:
-                        player.play(self.audio.mono_samples)
-                        player.finish()
-                        player.wait(10)
-                    self.answered.set()
-                    return
-            time.sleep(0.1)
 
 
 def existing_config(home: Path, text: str) -> Path:

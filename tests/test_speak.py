@@ -15,10 +15,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from runner import run_vocal
-from speak_audio import FakeSpeechServer, closed_port, silent_server, transcribe
-from speech import word_error_rate
 
+from harness.runner import run_vocal
+from harness.speak_audio import FakeSpeechServer, closed_port, silent_server, transcribe
+from harness.words import word_error_rate
 from vocal.audio import read_wav
 
 pytestmark = pytest.mark.usefixtures("shared_tts_cache")

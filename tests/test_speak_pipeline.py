@@ -10,10 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from loopback import matched_fraction
-from speak_audio import Recorder, align, transcribe, wait_until
-from speech import word_error_rate
 
+from harness.loopback import matched_fraction
+from harness.speak_audio import Recorder, align, transcribe, wait_until
+from harness.words import word_error_rate
 from vocal.audio import resample
 from vocal.errors import EngineError
 from vocal.speech import Speech, check_speech, open_speech_output

@@ -14,34 +14,35 @@ import json
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conch_audio import MonitorRecorder, wait_until
-from runner import run_vocal, start_vocal
-from speech import espeak, with_silence
-from test_conch_stress import finish, floor, holder_session, queue_sessions
-from test_history import HEAVY_FOR_REPLAY, imported_by
 
+from harness.chatterbox_bundle import build_bundle
+from harness.conch_audio import MonitorRecorder, wait_until
+from harness.floor import finish, floor, holder_session, queue_sessions
+from harness.heard import (
+    MIN_SCORE,
+    MONITOR_RATE,
+    SOUND_RMS,
+    block_rms,
+    heard_intervals,
+    rendered,
+    trimmed,
+)
+from harness.imports import HEAVY_FOR_REPLAY, imported_by
+from harness.runner import run_vocal, start_vocal
+from harness.sounds import espeak, with_silence
 from vocal.audio import read_wav, write_wav
 from vocal.config import load_settings
 from vocal.control import endpoints, find_endpoint, send_command
 from vocal.history import History
 from vocal.speech import SpeakOptions, speak
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-
-from chatterbox_bundle import build_bundle  # noqa: E402
-
 audio = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 
-MONITOR_RATE = 16_000
-#: A 10 ms monitor block with speech in it (espeak speech: RMS 0.02-0.2; the null sink's
-#: monitor is exact zeros when nothing plays).
-SOUND_RMS = 0.003
 ESPEAK = ("--engine", "espeak-ng")
 #: Eight short, distinct utterances (one sentence each, under the 40 characters at which the
 #: first sentence is split at a comma), so each one has a single clear correlation peak.
@@ -55,74 +56,6 @@ LONG_TEXT = (
 
 
 # -- helpers ------------------------------------------------------------------------------------
-def rendered(text: str, tmp_path: Path) -> np.ndarray:
-    """What `vocal speak --engine espeak-ng TEXT` plays, at the monitor's rate, without the
-    engine's leading and trailing silence."""
-    path = tmp_path / f"ref-{abs(hash(text))}.wav"
-    speak(text, SpeakOptions(engine="espeak-ng", output=path), load_settings(), report=None)
-    return trimmed(read_wav(path).resample(MONITOR_RATE).mono_samples)
-
-
-def trimmed(samples: np.ndarray) -> np.ndarray:
-    loud = np.flatnonzero(np.abs(samples) > 0.01)
-    return samples[loud[0] : loud[-1] + 1]
-
-
-def monitor(recorder: MonitorRecorder) -> tuple[np.ndarray, float]:
-    """The whole recording and the monotonic time of its first sample."""
-    samples = np.concatenate(recorder.blocks)
-    first_block = recorder.blocks[0].shape[0]
-    return samples, recorder.times[0] - first_block / MONITOR_RATE
-
-
-def block_rms(recorder: MonitorRecorder) -> tuple[np.ndarray, np.ndarray]:
-    """(block end times, RMS per block)."""
-    rms = np.array([float(np.sqrt(np.mean(np.square(b)))) for b in recorder.blocks])
-    return np.array(recorder.times), rms
-
-
-def locate(recording: np.ndarray, reference: np.ndarray) -> tuple[int, float]:
-    """Where `reference` starts in `recording` (samples) and the normalized correlation there."""
-    n = recording.shape[0] + reference.shape[0]
-    size = 1 << (n - 1).bit_length()
-    spectrum = np.fft.rfft(recording, size) * np.conj(np.fft.rfft(reference, size))
-    xcorr = np.fft.irfft(spectrum, size)[: recording.shape[0] - reference.shape[0] + 1]
-    energy = np.concatenate([[0.0], np.cumsum(np.square(recording, dtype=np.float64))])
-    window = energy[reference.shape[0] :] - energy[: -reference.shape[0]]
-    window = window[: xcorr.shape[0]]
-    ncc = xcorr / (np.linalg.norm(reference) * np.sqrt(np.maximum(window, 1e-12)))
-    best = int(np.argmax(ncc))
-    return best, float(ncc[best])
-
-
-#: Each utterance is found by its first this-many seconds (a clear onset), and its end by its
-#: last ones, searched for just after where it should end. On this loaded 2-core machine output
-#: underflows put gaps inside speakers' audio (seen: 2-86 ms), which blur a whole-clip
-#: correlation (down to 0.14) and shift the end; short pieces are seldom hit.
-HEAD_S = 0.1
-TAIL_S = 0.2
-#: The head's correlation with the monitor where it was found (measured 0.80-1.0).
-MIN_SCORE = 0.7
-
-
-def heard_intervals(recorder: MonitorRecorder, references: list[np.ndarray]
-                    ) -> list[tuple[float, float | None, float]]:  # fmt: skip
-    """For each reference: the monotonic time its head was heard, the time its tail ended
-    (None when an underflow blurred the tail: the caller falls back on the speaker's own
-    clock), and the head's correlation there."""
-    recording, t0 = monitor(recorder)
-    head, tail = round(HEAD_S * MONITOR_RATE), round(TAIL_S * MONITOR_RATE)
-    found = []
-    for reference in references:
-        head_at, head_score = locate(recording, reference[:head])
-        low = max(0, head_at + reference.shape[0] - tail - round(0.05 * MONITOR_RATE))
-        high = head_at + reference.shape[0] + round(0.25 * MONITOR_RATE)
-        tail_at, tail_score = locate(recording[low:high], reference[-tail:])
-        end = t0 + (low + tail_at + tail) / MONITOR_RATE if tail_score >= MIN_SCORE else None
-        found.append((t0 + head_at / MONITOR_RATE, end, head_score))
-    return found
-
-
 def speak_json(out: bytes) -> dict:
     return json.loads(out.decode().strip().splitlines()[-1])
 

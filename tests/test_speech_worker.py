@@ -14,10 +14,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from runner import run_vocal
-from speak_audio import transcribe
-from speech import word_error_rate
 
+from harness.runner import run_vocal
+from harness.speak_audio import transcribe
+from harness.words import word_error_rate
 from vocal.audio import read_wav
 from vocal.launch import option_value, will_speak
 

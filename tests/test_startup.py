@@ -6,20 +6,14 @@ Every discovered command is checked, so a new command module cannot regress star
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
+from harness.imports import HEAVY, loaded_modules
 from vocal.cli import discover_commands
-
-HEAVY = {
-    "numpy", "onnxruntime", "sounddevice", "soundfile", "soxr", "faster_whisper", "ctranslate2",
-    "livekit", "hibari", "mlx", "mlx_whisper", "rich", "pydantic", "huggingface_hub",
-}  # fmt: skip
 
 
 def imported_modules(args: list[str], env: dict[str, str] | None = None) -> set[str]:
@@ -60,35 +54,6 @@ def test_command_help_imports_nothing_heavy(command: str) -> None:
 def test_completion_imports_nothing_heavy() -> None:
     env = {"_VOCAL_COMPLETE": "complete_bash", "COMP_WORDS": "vocal ", "COMP_CWORD": "1"}
     assert not imported_modules([], env) & HEAVY
-
-
-#: Runs the CLI in-process and writes the names in `sys.modules` at exit to a file: command
-#: modules are imported with importlib.import_module, which `-X importtime` does not report.
-PROBE = """
-import json, os, sys
-from vocal.cli import main
-try:
-    main(sys.argv[1:])
-finally:
-    with open(os.environ["VOCAL_TEST_MODULES_FILE"], "w") as out:
-        json.dump(sorted(sys.modules), out)
-"""
-
-
-def loaded_modules(args: list[str], env: dict[str, str] | None = None) -> set[str]:
-    """Every module loaded by `vocal ARGS` (which must exit 0) in a fresh interpreter."""
-    with tempfile.TemporaryDirectory() as directory:
-        listing = os.path.join(directory, "modules.json")
-        result = subprocess.run(
-            [sys.executable, "-c", PROBE, *args],
-            capture_output=True,
-            text=True,
-            env={**os.environ, **(env or {}), "VOCAL_TEST_MODULES_FILE": listing},
-            timeout=60,
-        )
-        assert result.returncode == 0, result.stderr[-2000:]
-        with open(listing) as source:
-            return set(json.load(source))
 
 
 def test_root_help_imports_no_command_module() -> None:

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from runner import run_vocal
 
+from harness.runner import run_vocal
 from vocal.conch import Conch, ConchBusy, Holder
 from vocal.control import endpoints
 from vocal.gates import Gates, gates_path, read_gates, set_muted

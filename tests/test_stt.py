@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from listen_audio import join, silence, trimmed
-from speech import word_error_rate
 
+from harness.listen_audio import join, silence, trimmed
+from harness.words import word_error_rate
 from vocal.audio import Audio
 from vocal.errors import EXIT_UNAVAILABLE, EngineError
 from vocal.stt import Transcript, load_stt

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conch_audio import wait_until
-from runner import run_vocal, start_vocal
 
+from harness.conch_audio import wait_until
+from harness.runner import run_vocal, start_vocal
 from vocal.config import load_settings
 from vocal.control import ControlError, endpoints, find_endpoint, send_command
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from speak_audio import FakeSpeechServer, closed_port, silent_server, transcribe
-from speech import word_error_rate
 
+from harness.speak_audio import FakeSpeechServer, closed_port, silent_server, transcribe
+from harness.words import word_error_rate
 from vocal.config import load_settings
 from vocal.errors import EXIT_UNAVAILABLE, EXIT_USAGE, EngineError, UsageError
 from vocal.speech import check_speech

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conch_audio import MonitorRecorder, timeline, tone_wav, wait_until
-from runner import run_vocal, start_vocal
 
+from harness.conch_audio import MonitorRecorder, timeline, tone_wav, wait_until
+from harness.runner import run_vocal, start_vocal
 from vocal.conch import Conch, ConchBusy, ConchLost
 from vocal.config import load_settings
 from vocal.control import endpoints, find_endpoint, send_command

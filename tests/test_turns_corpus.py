@@ -14,9 +14,9 @@ import json
 import time
 
 import pytest
-from corpus import ensure_corpus, load_turns, word_error_rate
-from runner import run_vocal, start_vocal
 
+from harness.corpus import ensure_corpus, load_turns, word_error_rate
+from harness.runner import run_vocal, start_vocal
 from vocal.audio import read_wav
 from vocal.devices import Player
 

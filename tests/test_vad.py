@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from listen_audio import join, silence, trimmed
-from speech import espeak, with_silence
 
+from harness.listen_audio import join, silence, trimmed
+from harness.sounds import espeak, with_silence
 from vocal.errors import EXIT_UNAVAILABLE, EngineError
 from vocal.vad import (
     CHUNK_FRAMES,

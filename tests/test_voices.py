@@ -1,6 +1,6 @@
 """`vocal voices` and the voice store: every verb, the clip rules, and how --voice is resolved.
 
-Clips are made at test time: speech with espeak-ng (tests/speech.py), bad clips with numpy.
+Clips are made at test time: speech with espeak-ng (tests/harness/sounds.py), bad clips with numpy.
 """
 
 from __future__ import annotations
@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import os
 import struct
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from runner import run_vocal
-from speech import espeak, tone, with_silence
 
+from harness.runner import run_vocal
+from harness.sounds import espeak, tone, with_silence
 from vocal.audio import Audio, read_wav, write_wav
 from vocal.config import load_settings
 from vocal.errors import EXIT_UNAVAILABLE, EXIT_USAGE, EngineError, UsageError
@@ -29,8 +28,6 @@ from vocal.voices import (
     stored_voice,
     validate_voice_name,
 )
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 
 SENTENCE_A = (
     "The quick brown fox jumps over the lazy dog, and then it runs far away into the deep green "
@@ -514,7 +511,7 @@ def test_a_default_link_leading_out_of_the_voice_is_refused(
 def test_a_stored_voice_resolves_to_the_cloning_engine(
     good_clip: Path, store: VoiceStore, tmp_path: Path, monkeypatch
 ) -> None:  # noqa: ANN001
-    from chatterbox_bundle import build_bundle
+    from harness.chatterbox_bundle import build_bundle
 
     store.add("alice", good_clip)
     monkeypatch.setenv("VOCAL_CHATTERBOX_DIR", str(build_bundle(tmp_path / "bundle")))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from speech import espeak
 
+from harness.sounds import espeak
 from vocal.audio import STT_SAMPLE_RATE, Audio
 
 RATE = STT_SAMPLE_RATE

@@ -2,7 +2,7 @@
 reference transcripts, and turns built from them, in a cache directory that `scripts/corpus`
 fills (tests/corpus/README.md: sources, licences, what each turn is).
 
-    from corpus import ensure_corpus, load_turns, corpus_wer
+    from harness.corpus import ensure_corpus, load_turns, corpus_wer
     ensure_corpus()                               # builds the cache once (~1 min, network)
     for turn in load_turns("paused", split="tune"):
         ... turn.path, turn.text, turn.cut_s, turn.pause_s, turn.speech_end_s ...
@@ -10,7 +10,7 @@ fills (tests/corpus/README.md: sources, licences, what each turn is).
 
 Word error rates use Whisper's own EnglishTextNormalizer (from the openai-whisper sdist, MIT,
 fetched into the cache by scripts/corpus; it needs the `regex` and `more-itertools`
-packages). Without it, tests/speech.py's lower-case word split stands in, with a warning.
+packages). Without it, tests/harness/words.py's lower-case word split stands in, with a warning.
 Times are seconds in the turn's own WAV (16 kHz mono float32).
 """
 
@@ -26,9 +26,9 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from speech import word_edits, words  # beside this module: importable wherever it is
+from harness.words import word_edits, words
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "corpus"
 KINDS = ("complete", "paused", "abandoned")
 SPLITS = ("tune", "heldout")
@@ -184,7 +184,7 @@ def _whisper_normalizer():
             problem = f"it needs the {exc.name} package"
     warnings.warn(
         f"Whisper's text normaliser is unavailable ({problem}): word error rates use "
-        "tests/speech.py's lower-case words instead",
+        "tests/harness/words.py's lower-case words instead",
         stacklevel=3,
     )
     return None

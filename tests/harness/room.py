@@ -23,7 +23,8 @@ Control is JSON lines on stdin, events JSON lines on stdout, times are `time.mon
         "after": "far" waits for the next far-end onset (the speaker starting to play).
     {"cmd": "quit"}
 
-Run as a process: `python tests/room.py --speaker SINK --room SINK [--delay-ms ...]`. Tests use
+Run as a process: `python tests/harness/room.py --speaker SINK --room SINK [--delay-ms ...]`
+(it imports only numpy and vocal, found through vocal's editable install). Tests use
 `running_room(pulse, RoomConfig(...))` (or `Room.start`), and `play_turn` to play a reply
 through it with the canceller and the barge-in detector wired as converse wires them.
 """
@@ -161,7 +162,6 @@ def _pipe_bytes(pipe: Any) -> int:
 
 
 def _read_near(path: str) -> np.ndarray:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
     from vocal.audio import read_wav
 
     return read_wav(path).to_mono().resample(SAMPLE_RATE).mono_samples.astype(np.float32)

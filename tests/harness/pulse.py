@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _pactl(*args: str) -> str:
@@ -87,6 +87,26 @@ class PulseSinks:
                 proc.kill()
         for module in self.modules:
             subprocess.run(["pactl", "unload-module", module], capture_output=True, timeout=10)
+
+
+def warm_up_streams(sinks: PulseSinks) -> None:
+    """Run an output and an input stream on each new sink until audio flows in real time.
+
+    The first streams on a fresh null sink stall and lose their first few hundred ms; tests
+    must not see that. libpulse reads PULSE_SINK/PULSE_SOURCE when a stream opens, so each
+    sink is warmed by pointing them at it in turn."""
+    import numpy as np
+
+    from vocal.devices import Microphone, Player
+
+    for sink in (sinks.room, sinks.speaker):  # the speaker last: the route tests start with
+        os.environ.update(sinks.route(sink, f"{sink}.monitor"))
+        mic = Microphone(16_000, block_frames=160).open()
+        with Player(16_000) as player:
+            player.play(np.zeros(16_000, np.float32))
+            player.finish()
+            player.wait(10)
+        mic.close()
 
 
 def pulse_available() -> bool:

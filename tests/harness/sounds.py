@@ -1,9 +1,9 @@
-"""Test speech made at test time with espeak-ng (DESIGN.md), cached per text for the session."""
+"""Test sounds made at test time: speech by espeak-ng (DESIGN.md, cached per text for the
+session), tones, and padding with silence. Word error rates are in harness.words."""
 
 from __future__ import annotations
 
 import functools
-import re
 import subprocess
 
 import numpy as np
@@ -38,27 +38,3 @@ def tone(frequency_hz: float, duration_s: float, sample_rate: int = STT_SAMPLE_R
     """A sine tone as mono float32."""
     t = np.arange(round(duration_s * sample_rate)) / sample_rate
     return (amplitude * np.sin(2 * np.pi * frequency_hz * t)).astype(np.float32)
-
-
-def words(text: str) -> list[str]:
-    """Lower-case words without punctuation, for word error rates."""
-    return re.findall(r"[a-z0-9']+", text.lower())
-
-
-def word_edits(reference: list[str], hypothesis: list[str]) -> int:
-    """Levenshtein distance between two word lists (substitutions, insertions, deletions)."""
-    previous = list(range(len(hypothesis) + 1))
-    for i, r in enumerate(reference, 1):
-        current = [i] + [0] * len(hypothesis)
-        for j, h in enumerate(hypothesis, 1):
-            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h))
-        previous = current
-    return previous[-1]
-
-
-def word_error_rate(reference: str, hypothesis: str) -> float:
-    """Levenshtein distance over words, divided by the reference length."""
-    ref, hyp = words(reference), words(hypothesis)
-    if not ref:
-        return float(bool(hyp))
-    return word_edits(ref, hyp) / len(ref)

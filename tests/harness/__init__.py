@@ -1,0 +1,28 @@
+"""The test harness: what the tests and the benchmarks share, imported as `harness`.
+
+Making sounds and scoring words:
+    sounds        espeak-ng speech, tones, padding with silence
+    words         word error rates (plain Python)
+    listen_audio  test audio for listening: voiced spans, pauses, noise
+    corpus        the real-speech corpus that scripts/corpus builds (tests/corpus/README.md)
+
+Real audio on a private PulseAudio server (audio tests):
+    pulse         the session's null sinks and their routing; warm_up_streams
+    room          the echo path between the sinks (also run as a process by path)
+    loopback      what was played against what a stream recorded
+    conch_audio   tones per process and the monitor recorder; wait_until
+    heard         who was heard when: rendered speech found in the monitor recording
+    speak_audio   Whisper transcription of what was spoken, a fake speech server, a recorder
+    person        a simulated person who answers a spoken turn
+
+Processes and the floor:
+    runner        `vocal ARGS` in a subprocess, as a user runs it
+    imports       which modules a `vocal` process loads
+    floor         who holds the conch and who waits; waiting for `vocal` processes
+    chatterbox_bundle  a tiny Chatterbox ONNX bundle with random weights
+
+pytest finds this package through `pythonpath = ["tests"]` in pyproject.toml, the benchmarks
+through the .pth file naming tests/ that scripts/setup writes into .venv. room.py, also started
+by path as a process, imports only numpy and vocal (vocal's editable install). Nothing here
+edits `sys.path`.
+"""
