@@ -1,5 +1,5 @@
-"""Echo cancellation (vocal.aec): 10 ms framing of any block size, output rates, the real AEC3
-offline on a simulated echo path, ERLE helpers, and ERLE on the room harness with real
+"""Echo cancellation (vocal.duplex.aec): 10 ms framing of any block size, output rates, the real
+AEC3 offline on a simulated echo path, ERLE helpers, and ERLE on the room harness with real
 streams."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import pytest
 from room import RoomConfig, impulse_response, play_turn, running_room, without_room_stall
 from speech import espeak
 
-from vocal import aec as aec_module
-from vocal.aec import (
+from vocal.audio.wav import resample
+from vocal.duplex import aec as aec_module
+from vocal.duplex.aec import (
     AecOptions,
     EchoCanceller,
     RenderActivity,
@@ -21,7 +22,6 @@ from vocal.aec import (
     erle_trace_db,
     shared_apm,
 )
-from vocal.audio import resample
 
 SAMPLE_RATE = 16_000
 

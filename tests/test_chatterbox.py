@@ -18,7 +18,7 @@ import pytest
 from runner import run_vocal
 from speech import espeak, with_silence
 
-from vocal.audio import Audio, read_wav
+from vocal.audio.wav import Audio, read_wav
 from vocal.config import load_settings
 from vocal.errors import EXIT_UNAVAILABLE, EngineError
 from vocal.providers import CPU, ProviderFailure, ProviderLadder, default_ladder, parse_ladder
@@ -35,7 +35,8 @@ from vocal.tts.chatterbox import (
     normalize_text,
     weights_dir,
 )
-from vocal.voices import VoiceStore, resolve_voice
+from vocal.tts.resolve import resolve_stored_voice
+from vocal.tts.voices import VoiceStore
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 
@@ -77,7 +78,7 @@ def bundle(bundles: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def voices(vocal_home: Path, tmp_path: Path) -> VoiceStore:
     """Two stored voices from different reference clips: alice (en-us) and bob (en-gb)."""
-    from vocal.audio import write_wav
+    from vocal.audio.wav import write_wav
 
     store = VoiceStore.from_settings(load_settings())
     for name, text, voice in (("alice", SENTENCE_A, "en-us"), ("bob", SENTENCE_B, "en-gb")):
@@ -87,7 +88,7 @@ def voices(vocal_home: Path, tmp_path: Path) -> VoiceStore:
 
 
 def engine_for(voice: str, **options: object) -> ChatterboxEngine:
-    name, reference = resolve_voice(voice, load_settings())
+    name, reference = resolve_stored_voice(voice, load_settings())
     options.setdefault("report", lambda _message: None)
     return load_tts(name, voice=reference, settings=load_settings(), **options)
 
@@ -189,7 +190,7 @@ def test_the_reference_is_encoded_once_and_cached_on_disk(
     assert second._sessions.encoder is None  # the speech encoder was never even opened
 
     # A new take of the voice is a new cache entry, encoded afresh.
-    from vocal.audio import write_wav
+    from vocal.audio.wav import write_wav
 
     retake = write_wav(tmp_path / "retake.wav", clip(SENTENCE_B, "en-us"))
     voices.add("alice", retake, force=True)
@@ -470,7 +471,7 @@ def test_an_interrupted_download_is_reported_file_by_file(
         match=r"2 file\(s\) are missing .*: onnx/embed_tokens.onnx_data, "
         r"tokenizer.json",
     ):
-        resolve_voice("alice", load_settings())
+        resolve_stored_voice("alice", load_settings())
 
 
 def test_a_local_directory_missing_a_graph(

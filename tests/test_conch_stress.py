@@ -23,8 +23,8 @@ import pytest
 from conch_audio import MonitorRecorder, timeline, tone_wav, wait_until
 from runner import run_vocal, start_vocal
 
-from vocal.conch import Conch
 from vocal.config import load_settings
+from vocal.floor.conch import Conch
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 

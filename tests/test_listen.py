@@ -19,12 +19,12 @@ from listen_audio import RATE, join, noise, silence, trimmed
 from runner import run_vocal
 from speech import word_error_rate
 
-from vocal.audio import Audio, read_wav, write_wav
-from vocal.devices import WavSource
+from vocal.audio.devices import WavSource
+from vocal.audio.vad import EndpointOptions
+from vocal.audio.wav import Audio, read_wav, write_wav
 from vocal.errors import EngineError
-from vocal.listening import ListenOptions, SttLoader, listen
+from vocal.hearing.listening import ListenOptions, SttLoader, listen
 from vocal.stt import load_stt
-from vocal.vad import EndpointOptions
 
 SENTENCE = "Please open the file and read me the first line."
 FIRST, SECOND = "Open the file.", "Read me the first line."
@@ -288,7 +288,7 @@ def test_transcription_starts_in_the_silence_window(tmp_path: Path) -> None:
 
 
 def test_early_transcriber_keeps_only_the_latest_request() -> None:
-    from vocal.listening import EarlyTranscriber
+    from vocal.hearing.listening import EarlyTranscriber
 
     engine = load_stt("faster-whisper")
     early = EarlyTranscriber(engine)

@@ -19,8 +19,8 @@ from room import (
 )
 from speech import espeak
 
-from vocal.audio import write_wav
-from vocal.devices import Microphone, Player
+from vocal.audio.devices import Microphone, Player
+from vocal.audio.wav import write_wav
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 

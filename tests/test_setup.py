@@ -12,7 +12,7 @@ import pytest
 from runner import run_vocal
 from speech import espeak, word_error_rate
 
-from vocal.onboarding import write_config
+from vocal.ops.onboarding import write_config
 
 ANSWER = "Yes, I can hear you clearly."
 
@@ -93,8 +93,8 @@ class SimulatedPerson:
         self._thread.join(30)
 
     def _run(self) -> None:
-        from vocal.control import ControlError, endpoints, send_command
-        from vocal.devices import Player
+        from vocal.audio.devices import Player
+        from vocal.floor.control import ControlError, endpoints, send_command
 
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

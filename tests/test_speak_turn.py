@@ -26,11 +26,11 @@ from speech import espeak, with_silence
 from test_conch_stress import finish, floor, holder_session, queue_sessions
 from test_history import HEAVY_FOR_REPLAY, imported_by
 
-from vocal.audio import read_wav, write_wav
+from vocal.audio.wav import read_wav, write_wav
 from vocal.config import load_settings
-from vocal.control import endpoints, find_endpoint, send_command
-from vocal.history import History
-from vocal.speech import SpeakOptions, speak
+from vocal.floor.control import endpoints, find_endpoint, send_command
+from vocal.floor.history import History
+from vocal.speaking.speech import SpeakOptions, speak
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 

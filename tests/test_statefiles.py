@@ -24,11 +24,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from runner import run_vocal
 
-from vocal.conch import Conch, ConchBusy, Holder
-from vocal.control import endpoints
-from vocal.gates import Gates, gates_path, read_gates, set_muted
-from vocal.history import History
-from vocal.statefiles import (
+from vocal.floor.conch import Conch, ConchBusy, Holder
+from vocal.floor.control import endpoints
+from vocal.floor.gates import Gates, gates_path, read_gates, set_muted
+from vocal.floor.history import History
+from vocal.floor.statefiles import (
     QUARANTINE_KEEP_COUNT,
     BadRecord,
     load_json,
@@ -93,7 +93,7 @@ def contents(valid: dict) -> st.SearchStrategy[bytes]:
 def no_settle_pause(monkeypatch: pytest.MonkeyPatch) -> None:
     """No 0.25 s pause after each bump or quarantined holder (what it is for is checked in
     test_conch_stress.py): thousands of examples would spend minutes asleep."""
-    monkeypatch.setattr("vocal.conch.BUMP_SETTLE_S", 0.0)
+    monkeypatch.setattr("vocal.floor.conch.BUMP_SETTLE_S", 0.0)
 
 
 def bad_names(directory: Path) -> list[str]:

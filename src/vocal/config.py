@@ -41,7 +41,7 @@ class Settings:
     # Beam width of faster-whisper's decoding (mlx-whisper decodes greedily): chosen on the
     # real-speech corpus, benchmarks/decode (issue 16).
     stt_beam_size: int = 5
-    # End of turn (issue 16, vocal.endofturn): after turn_check_ms of silence the turn model
+    # End of turn (issue 16, vocal.hearing.endofturn): after turn_check_ms of silence the turn model
     # (Smart Turn v3 and the early transcript's last words) judges the pause: complete ends the
     # turn at once, unfinished waits up to max_pause_ms of silence, undecided (or turn_model
     # off) ends after silence_ms.
@@ -83,14 +83,15 @@ class Settings:
     elevenlabs_model: str = "eleven_flash_v2_5"
     piper_voices_dir: Path | None = None
     # Echo cancellation and barge-in (issue 7). aec: "auto" (off only on headphones the
-    # platform reports, vocal.headphones), "on" or "off". Barge-in needs AEC; the detector's
-    # thresholds and windows default to vocal.bargein.BargeInOptions (measured, benchmarks/aec).
+    # platform reports, vocal.audio.headphones), "on" or "off". Barge-in needs AEC; the detector's
+    # thresholds and windows default to vocal.duplex.bargein.BargeInOptions (measured,
+    # benchmarks/aec).
     aec: str = "auto"
     barge_in: bool = True
     barge_in_chunks: int = 3
     barge_in_threshold: float = 0.5
     # Cues (issue 8): what plays `vocal cue` files: "auto" (paplay on Linux, else PortAudio),
-    # "paplay" or "portaudio" (vocal.cues, benchmarks/cue).
+    # "paplay" or "portaudio" (vocal.agents.cues, benchmarks/cue).
     cue_player: str = "auto"
     # Pieces of one message (issue 9): how long a reader waits for a missing piece before it
     # goes on from the earliest piece that arrived.
@@ -99,28 +100,29 @@ class Settings:
     # Many agents (issue 10). conch_wait_cap_s: the longest `vocal conch wait` blocks (a remote
     # agent's tool call must return; it keeps its place and calls again). auto_focus_pane:
     # select the tmux pane of the agent that takes the floor; focus_hold_s: how long a pane
-    # the person chose (or `vocal focus hold`) keeps focus from jumping (vocal.focus).
+    # the person chose (or `vocal focus hold`) keeps focus from jumping (vocal.floor.focus).
     conch_wait_cap_s: float = field(default=60.0, metadata=_env("VOCAL_CONCH_WAIT_CAP"))
     auto_focus_pane: bool = False
     focus_hold_s: float = field(default=30.0, metadata=_env("VOCAL_FOCUS_HOLD_SECONDS"))
 
     # Latency (issues 3, 4, 7; benchmarks/listen, converse). stt_warm_up: run Whisper once on
     # near-silence right after it loads (its first call is slower); early_transcription_ms: how
-    # long a pause lasts before Whisper starts on the utterance so far (vocal.listening).
+    # long a pause lasts before Whisper starts on the utterance so far (vocal.hearing.listening).
     stt_warm_up: bool = True
     early_transcription_ms: int = 32
     # barge_in_onset_threshold: a lower probability allowed for the first chunk of a barge-in's
-    # run (vocal.bargein.BargeInOptions.onset_threshold); unset: off (measured: benchmarks/aec).
+    # run (vocal.duplex.bargein.BargeInOptions.onset_threshold); unset: off (measured:
+    # benchmarks/aec).
     barge_in_onset_threshold: float | None = None
     # barge_in_trace: diagnostics, `vocal converse --json` also carries the detector's trace
     # (capture time, speech probability, inhibited) of every chunk (benchmarks/converse).
     barge_in_trace: bool = False
     # barge_in_fast_chunks: chunks enough while the canceller is known to cancel well
-    # (vocal.bargein.BargeInOptions.fast_chunks); empty: always barge_in_chunks.
+    # (vocal.duplex.bargein.BargeInOptions.fast_chunks); empty: always barge_in_chunks.
     barge_in_fast_chunks: int | None = 2
     # barge_in_double_talk_db: a barge-in's run fires only once one of its chunks is this many
     # dB louder at the raw microphone than the echo the played level predicts: residual echo
-    # adds nothing there, a person does (vocal.bargein.BargeInOptions.double_talk_db); empty:
+    # adds nothing there, a person does (vocal.duplex.bargein.BargeInOptions.double_talk_db); empty:
     # off (a person much quieter than the reply's echo is then heard too, and so may be echo).
     barge_in_double_talk_db: float | None = 2.0
 
@@ -353,7 +355,7 @@ STATE_ENTRY_NAMES = frozenset(
 )  # fmt: skip
 #: Leftovers of vocal's own writes there: atomic writes' temporary files
 #: (`.config.toml.k3j2.tmp`), `vocal doctor`'s probe file, and a malformed gates file set
-#: aside (`vocal.statefiles.quarantine`).
+#: aside (`vocal.floor.statefiles.quarantine`).
 _STATE_TEMP_PREFIXES = (
     ".config.toml.", ".gates.json.", f"{STATE_MARKER_NAME}.", ".doctor-", "gates.json.bad-"
 )  # fmt: skip

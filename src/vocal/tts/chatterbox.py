@@ -42,11 +42,12 @@ import numpy as np
 from vocal.errors import EngineError, UsageError
 from vocal.providers import ProviderFailure, ProviderLadder, default_ladder, parse_ladder
 from vocal.tts import TtsEngine
+from vocal.tts.clips import CLONE_SAMPLE_RATE
 
 if TYPE_CHECKING:
     from vocal.config import Settings
 
-SAMPLE_RATE = 24_000
+SAMPLE_RATE = CLONE_SAMPLE_RATE  # the rate stored clips are converted to
 #: Speech tokens run at 25 a second: one token is 960 samples of output.
 TOKENS_PER_SECOND = 25
 START_SPEECH_TOKEN = 6561
@@ -195,7 +196,7 @@ def download_weights(settings: Settings, *, progress: bool | None = None) -> Cha
         from huggingface_hub import snapshot_download
         from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
 
-        from vocal.stt.models import rich_progress_class
+        from vocal.hub import rich_progress_class
     except ImportError:
         raise EngineError(
             "downloading the Chatterbox weights needs huggingface_hub",
@@ -474,7 +475,7 @@ class ChatterboxEngine(TtsEngine):
         if path.suffix.lower() == ".wav" and path.is_file():
             # A stored voice's reference (what resolve_voice returns) is named by its directory.
             return (path.parent.name if path.name == "default.wav" else path.stem), path
-        from vocal.voices import VoiceStore
+        from vocal.tts.voices import VoiceStore
 
         store = VoiceStore.from_settings(self.settings)
         return voice, store.get(voice).reference()
@@ -483,7 +484,7 @@ class ChatterboxEngine(TtsEngine):
     def voice_names(cls, **options: Any) -> list[str]:
         """The stored voices (the engine speaks any of them)."""
         from vocal.config import load_settings
-        from vocal.voices import VoiceStore
+        from vocal.tts.voices import VoiceStore
 
         settings = options.get("settings") or load_settings()
         return [v.name for v in VoiceStore.from_settings(settings).voices() if v.problem is None]
@@ -564,7 +565,7 @@ class ChatterboxEngine(TtsEngine):
         return conditioning
 
     def _encode(self, sessions: _Sessions) -> Conditioning:
-        from vocal.audio import read_wav
+        from vocal.audio.wav import read_wav
 
         # The speech encoder (~600 MB) is opened only on a cache miss: once per voice, not per turn.
         if sessions.encoder is None:

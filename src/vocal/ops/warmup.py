@@ -56,7 +56,7 @@ def _prime_tts(settings: Settings) -> None:
 
 
 def _synthesize(settings: Settings) -> None:
-    from vocal.speech import resolve_voice
+    from vocal.speaking.speech import resolve_voice
     from vocal.tts import load_tts
 
     name, voice = resolve_voice(settings.voice, None, settings)
@@ -74,7 +74,7 @@ def _load_stt(settings: Settings) -> None:
 
 
 def _audio() -> None:
-    from vocal.devices import sounddevice
+    from vocal.audio.devices import sounddevice
 
     sounddevice()
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vocal.errors import UsageError
-from vocal.statefiles import (
+from vocal.floor.statefiles import (
     QUARANTINE_MARK,
     BadRecord,
     check_field,
@@ -47,13 +47,13 @@ from vocal.statefiles import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from vocal.audio import Audio
+    from vocal.audio.wav import Audio
     from vocal.config import Settings
 
 #: The longest utterance kept (longer ones are cut): bounds each entry to
 #: 300 s x sample_rate x 2 bytes (14.4 MB at 24 kHz).
 MAX_UTTERANCE_S = 300.0
-#: Sample rates an entry may claim: vocal.audio's range (not imported: it imports numpy).
+#: Sample rates an entry may claim: vocal.audio.wav's range (not imported: it imports numpy).
 MIN_SAMPLE_RATE = 4_000
 MAX_SAMPLE_RATE = 768_000
 #: Metadata holds the utterance's text; larger than this it is not ours.
@@ -84,7 +84,7 @@ class Utterance:
         """The PCM as an `Audio` (imports numpy)."""
         import numpy as np
 
-        from vocal.audio import Audio
+        from vocal.audio.wav import Audio
 
         if self.pcm_path is None:
             raise UsageError(f"utterance {self.id} has no audio")
@@ -145,7 +145,7 @@ class Recording:
 
     def append(self, samples: np.ndarray) -> None:
         """Add mono float32 samples at the utterance's sample rate (beyond the cap: dropped)."""
-        from vocal.audio import to_int16
+        from vocal.audio.wav import to_int16
 
         room = self._max_frames - self.utterance.frames
         if room <= 0 or self._out.closed:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vocal.audio import Audio
-from vocal.devices import BlockHook, Player, WavSink
+from vocal.audio.devices import BlockHook, Player, WavSink
+from vocal.audio.wav import Audio
 
 
 def open_output(

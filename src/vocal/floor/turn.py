@@ -8,7 +8,7 @@ then takes the conch (unless `use_conch=False`): blocking in "wait" mode, or rai
 (exit 3) at once in "callback" mode. While it holds the floor a watcher thread renews the hold
 and notices when it is lost (`vocal conch bump`, expiry): the output is stopped at once and
 `play` raises `ConchLost` (exit 3). With VOCAL_AUTO_FOCUS_PANE, taking the floor also selects
-the turn's tmux pane (vocal.focus), beside the audio. Control commands act on the attached
+the turn's tmux pane (vocal.floor.focus), beside the audio. Control commands act on the attached
 output from the socket's thread (stop/pause/resume land within one audio block) and are queued
 as events for the main thread (skip_forward, skip_back), which `play` handles; callers that
 drive their own loop (speak with streamed sentences, converse while listening) register
@@ -29,15 +29,23 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from vocal.conch import Conch, ConchCancelled, ConchLost, Held, Holder, HoldWatcher, default_session
-from vocal.control import ControlServer
 from vocal.errors import Interrupted
-from vocal.history import History, Recording, Utterance
+from vocal.floor.conch import (
+    Conch,
+    ConchCancelled,
+    ConchLost,
+    Held,
+    Holder,
+    HoldWatcher,
+    default_session,
+)
+from vocal.floor.control import ControlServer
+from vocal.floor.history import History, Recording, Utterance
 
 if TYPE_CHECKING:
-    from vocal.audio import Audio
+    from vocal.audio.devices import Player
+    from vocal.audio.wav import Audio
     from vocal.config import Settings
-    from vocal.devices import Player
 
 Callback = Callable[[dict], "dict | None"]
 #: How often the play loop looks at the output and the event queue.
@@ -122,7 +130,7 @@ class Turn:
         self._old_handlers: dict[int, Any] = {}
         self._warmer: threading.Thread | None = None
         self._focuser: threading.Thread | None = None
-        #: What pane focus did when this turn took the floor (vocal.focus.FocusResult).
+        #: What pane focus did when this turn took the floor (vocal.floor.focus.FocusResult).
         self.focus: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -175,7 +183,7 @@ class Turn:
             self._focuser.start()
 
     def _focus_pane(self) -> None:
-        from vocal.focus import focus_pane
+        from vocal.floor.focus import focus_pane
 
         self.focus = focus_pane(self.settings)
 
@@ -295,7 +303,7 @@ class Turn:
         Raises:
             ConchLost: the floor was taken while playing.
         """
-        from vocal.playback import open_output
+        from vocal.audio.playback import open_output
 
         if record:
             with self.begin_utterance(text=text, voice=voice or self.voice,
@@ -459,7 +467,7 @@ def replay(
 
 def _warm_audio() -> None:
     with contextlib.suppress(Exception):  # a missing PortAudio is reported when output opens
-        from vocal.devices import sounddevice
+        from vocal.audio.devices import sounddevice
 
         sounddevice()
 

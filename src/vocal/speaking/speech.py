@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vocal.errors import EngineError, UsageError, VocalError
-from vocal.text import (
+from vocal.speaking.text import (
     MAX_TEXT_BYTES,
     MAX_TEXT_CHARS,
     check_text_length,
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from vocal.config import Settings
-    from vocal.pieces import PieceOutcome
+    from vocal.floor.pieces import PieceOutcome
     from vocal.tts import TtsEngine
 
 #: Sentences synthesized ahead of the feeder: enough to hide one slow sentence, few enough that
@@ -205,7 +205,7 @@ def open_speech_output(
 
     `on_block` (AEC's reverse stream in `converse`) still sees every block the Player plays.
     """
-    from vocal.devices import Player, WavSink
+    from vocal.audio.devices import Player, WavSink
 
     if output is not None:
         return WavSink(output, sample_rate, volume=volume).open()
@@ -273,7 +273,7 @@ class SpeechResult:
     sentences: list[SentenceRecord] = field(default_factory=list)
     started_at_s: float = 0.0  # time.monotonic() when the text was known
     engine_ready_at_s: float | None = None
-    #: Sentences synthesized in the speech worker process (vocal.speech_worker), not this one.
+    #: Sentences synthesized in the speech worker process (vocal.speaking.worker), not this one.
     worker_sentences: int = 0
     first_audio_at_s: float | None = None
     finished_at_s: float | None = None
@@ -548,7 +548,7 @@ class Speech:
 
     def _engine_settled(self, engine: TtsEngine) -> None:
         """An engine from the speech worker knows its voice and when it was ready only once
-        it has synthesized (vocal.tts.remote.RemoteEngine)."""
+        it has synthesized (vocal.speaking.remote.RemoteEngine)."""
         if self.result.voice is None:
             self.result.voice = engine.voice
         ready_at_s = getattr(engine, "ready_at_s", None)
@@ -568,7 +568,7 @@ class Speech:
     def _synthesize_all(self) -> None:
         import numpy as np
 
-        from vocal.audio import resample
+        from vocal.audio.wav import resample
 
         try:
             engine = self._load_engine()
@@ -728,8 +728,9 @@ class Speech:
 def resolve_voice(
     voice: str | None, engine: str | None, settings: Settings
 ) -> tuple[str, str | None]:
-    """`vocal.tts.resolve_voice`, imported when called (a muted turn never loads vocal.tts)."""
-    from vocal.tts import resolve_voice as resolve
+    """`vocal.tts.resolve.resolve_voice`, imported when called (a muted turn never loads
+    vocal.tts)."""
+    from vocal.tts.resolve import resolve_voice as resolve
 
     return resolve(voice, engine, settings)
 
@@ -738,7 +739,7 @@ def engine_loader(name: str, voice: str | None, settings: Settings) -> Callable[
     """A callable that loads engine `name` for `voice` (run it in the worker thread): the
     speech worker `vocal.launch` forked when it guessed this engine and voice, else the engine
     in this process."""
-    from vocal.speech_worker import adopt
+    from vocal.speaking.remote import adopt
     from vocal.tts import load_tts
 
     def load() -> TtsEngine:
@@ -758,7 +759,7 @@ def preload_audio_backend() -> threading.Thread:
     """
 
     def load() -> None:
-        from vocal.devices import sounddevice
+        from vocal.audio.devices import sounddevice
 
         with contextlib.suppress(VocalError):  # no PortAudio: reported when the output opens
             sounddevice()
@@ -860,7 +861,7 @@ def speak(
     Order matters. Gates first: muted costs nothing, not even the conch. Then the voice is
     resolved (a cloned voice without its weights fails here, exit 5, before any wait). The
     engine loads and the first sentence is synthesized in the worker thread while this thread
-    takes the floor (`vocal.turn.Turn`: conch, control socket, history) and opens the output,
+    takes the floor (`vocal.floor.turn.Turn`: conch, control socket, history) and opens the output,
     so the next speaker starts as soon as the floor is free. `on_start` receives the running
     `Speech`.
 
@@ -868,7 +869,7 @@ def speak(
         ConchBusy: the floor was not granted (callback mode, or the wait timed out): exit 3.
         ConchLost: the floor was taken while speaking (`vocal conch bump`): exit 3.
     """
-    from vocal.gates import read_gates
+    from vocal.floor.gates import read_gates
 
     started_at_s = time.monotonic() if started_at_s is None else started_at_s
     if not text.strip():
@@ -988,7 +989,7 @@ def _speak_in_turn(
     # (preload_audio_backend).
     speech.start()
     preload = preload_audio_backend()
-    from vocal.turn import Turn
+    from vocal.floor.turn import Turn
 
     try:
         with Turn(settings, kind="speak", voice=shown, use_conch=options.use_conch,
@@ -1124,8 +1125,8 @@ class PieceSpeaker:
     """Speaks the pieces that one process reads as its message's reader: the engine is loaded
     once and the floor taken once (at the first piece with a spoken line) for all of them.
 
-    `read(piece, text)` is `vocal.pieces.run_piece`'s callback; `should_stop` says that a newer
-    message superseded this one (polled between sentences and while one plays).
+    `read(piece, text)` is `vocal.floor.pieces.run_piece`'s callback; `should_stop` says that a
+    newer message superseded this one (polled between sentences and while one plays).
     """
 
     def __init__(
@@ -1178,7 +1179,7 @@ class PieceSpeaker:
 
     def read(self, piece: int, text: str) -> tuple[str, dict[str, Any] | None]:
         """Speak one piece: ("read" | "empty" | "skipped" | "superseded" | "stopped", result)."""
-        from vocal.turn import Turn
+        from vocal.floor.turn import Turn
 
         utterances = utterances_of(text, quotes=self.options.quotes)
         if not any(speakable_lines(u, english_only=False) for u in utterances):
@@ -1266,11 +1267,11 @@ def speak_piece(
 ) -> PieceOutcome:
     """`vocal speak --message ID --piece N [--final]`: send one piece of a message and stay
     until it is read (by this process or by another of the message), dropped or superseded;
-    see `vocal.pieces`. Gates first: muted or volume 0 returns at once ("muted"), before any
+    see `vocal.floor.pieces`. Gates first: muted or volume 0 returns at once ("muted"), before any
     waiting, engine or floor.
     """
-    from vocal.gates import read_gates
-    from vocal.pieces import MessageBoard, PieceOutcome, run_piece, validate_message_id
+    from vocal.floor.gates import read_gates
+    from vocal.floor.pieces import MessageBoard, PieceOutcome, run_piece, validate_message_id
 
     validate_message_id(message)
     gain = options.volume

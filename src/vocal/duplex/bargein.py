@@ -1,7 +1,7 @@
 """Barge-in: stop the reply when the person talks over it, and keep what they said.
 
 `BargeInDetector` watches the echo-cancelled capture while the reply plays. It asks a speech
-probability function (Silero VAD, `vocal.vad.SileroVad`; any `chunk -> float`) about each
+probability function (Silero VAD, `vocal.audio.vad.SileroVad`; any `chunk -> float`) about each
 512-sample chunk and, after `consecutive_chunks` speech chunks in a row (`fast_chunks` while
 the canceller is known to cancel the echo well: `EchoCanceller.attenuation_db`), calls the stop
 callback once (`Player.stop`, the kill handle) and returns a `BargeIn` holding the chunks that
@@ -46,7 +46,7 @@ SpeechProbability = Callable[["np.ndarray"], float]
 
 
 class FarEndActivity(Protocol):
-    """What the detector needs to know about playback (`vocal.aec.RenderActivity`)."""
+    """What the detector needs to know about playback (`vocal.duplex.aec.RenderActivity`)."""
 
     first_loud_s: float | None
     quiet_since_s: float | None

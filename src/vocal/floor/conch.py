@@ -34,7 +34,7 @@ A floor granted to a remote session is held with no process behind it: it lasts
 and the session's own `vocal speak`/`converse` commands speak without queueing meanwhile, one
 process at a time (the holder record names the one speaking; a second one waits for it).
 
-Every record is validated field by field as it is read (`vocal.statefiles.read_record`): a
+Every record is validated field by field as it is read (`vocal.floor.statefiles.read_record`): a
 malformed one is quarantined and treated as absent, so a corrupt file frees the floor instead of
 locking it, and times are clamped to the configured limits (a heartbeat or grant dated a year
 ahead counts as now; a hold lasts at most its expiry from now), with the clamped record written
@@ -58,7 +58,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vocal.errors import ConchTimeout, Interrupted, UsageError
-from vocal.statefiles import (
+from vocal.floor.statefiles import (
     HOST,
     QUARANTINE_MARK,
     BadRecord,

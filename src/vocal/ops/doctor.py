@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 from vocal.errors import VocalError
 
 if TYPE_CHECKING:
+    from vocal.audio.devices import DeviceInfo
     from vocal.config import Settings
-    from vocal.devices import DeviceInfo
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 STATUSES = (OK, WARN, FAIL, SKIP)
@@ -96,7 +96,7 @@ class EngineProbe:
         self.model = model
         env = dict(os.environ, HF_HUB_OFFLINE="1")
         args = [engine] + ([model] if model is not None else [])
-        code = "import sys; from vocal.doctor import probe_main; probe_main(sys.argv[1:])"
+        code = "import sys; from vocal.ops.doctor import probe_main; probe_main(sys.argv[1:])"
         self._process = subprocess.Popen(
             [sys.executable, "-c", code, *args],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
@@ -121,7 +121,7 @@ def probe_main(args: list[str]) -> None:
     """The child's side of `EngineProbe`: print one JSON line about `engine [model]`."""
     import importlib
 
-    from vocal.stt.models import first_line
+    from vocal.hub import first_line
 
     engine, model = args[0], (args[1] if len(args) > 1 else None)
     report: dict[str, Any] = {"import_error": None, "model_dir": None, "model_error": None}
@@ -180,7 +180,7 @@ def run_checks(options: DoctorOptions = DoctorOptions()) -> list[Check]:
 
 def check_audio_backend() -> tuple[Check, bool]:
     """PortAudio loads, and on Linux the sound server answers; and whether PortAudio loaded."""
-    from vocal.devices import PORTAUDIO_HINT, sounddevice
+    from vocal.audio.devices import PORTAUDIO_HINT, sounddevice
 
     try:
         sd = sounddevice()
@@ -211,7 +211,7 @@ def sound_server() -> str | None:
 
 def pactl_info() -> dict[str, str] | None:
     """`pactl info` as a dict, or None when the server does not answer."""
-    from vocal.headphones import _pactl
+    from vocal.audio.headphones import _pactl
 
     text = _pactl("info")
     if text is None:
@@ -235,7 +235,7 @@ def check_devices(settings: Settings, portaudio: bool) -> tuple[Check, DeviceInf
     """The input and output vocal will use, by name; and the input device (None: none)."""
     if not portaudio:
         return Check("devices", SKIP, "not checked: PortAudio is missing"), None
-    from vocal.devices import NO_DEVICE_HINT, list_devices, resolve_device
+    from vocal.audio.devices import NO_DEVICE_HINT, list_devices, resolve_device
 
     try:
         found = list_devices()
@@ -271,7 +271,7 @@ def check_microphone(settings: Settings, device: DeviceInfo | None, listen_s: fl
     """Record `listen_s` and judge the level: digital silence, quiet, or a signal."""
     if device is None:
         return Check("microphone", SKIP, "not checked: no input device")
-    from vocal.devices import Microphone
+    from vocal.audio.devices import Microphone
 
     try:
         samples = record_s(Microphone(16_000, device=settings.input_device), listen_s)
@@ -333,7 +333,7 @@ def db(value: float) -> float:
 
 def check_output_kind() -> Check:
     """Headphones or speakers: decides whether echo cancellation runs (aec = auto)."""
-    from vocal.headphones import OutputKind, detect_output
+    from vocal.audio.headphones import OutputKind, detect_output
 
     found = detect_output()
     where = f" ({found.device})" if found.device else ""
@@ -380,9 +380,9 @@ def check_state_dir(home: Path) -> Check:
 
 
 def check_quarantine(home: Path) -> Check:
-    """State files vocal set aside as malformed (vocal.statefiles): it healed by treating
+    """State files vocal set aside as malformed (vocal.floor.statefiles): it healed by treating
     them as absent; the files stay a while for a look."""
-    from vocal.statefiles import quarantined
+    from vocal.floor.statefiles import quarantined
 
     found = quarantined(home)
     if not found:
@@ -412,7 +412,7 @@ def _exposed_state(home: Path) -> list[str]:
 
 def check_conch(settings: Settings) -> Check:
     """Who holds the floor and who waits (after dropping dead holders and waiters)."""
-    from vocal.conch import Conch
+    from vocal.floor.conch import Conch
 
     try:
         state = Conch.from_settings(settings).status()

@@ -45,7 +45,7 @@ from vocal.config import (
     write_state_marker,
 )
 from vocal.errors import UsageError
-from vocal.statefiles import HOST, pid_alive, process_start, read_json
+from vocal.floor.statefiles import HOST, pid_alive, process_start, read_json
 
 if TYPE_CHECKING:
     from vocal.config import Settings
@@ -240,7 +240,7 @@ def verified(record: dict[str, Any]) -> bool:
 def running(settings: Settings) -> list[dict[str, Any]]:
     """vocal processes holding state: control sockets (speak, converse, ...) and the conch
     holder. `verified` says whether each may be signalled (see `verified`)."""
-    from vocal.control import endpoints
+    from vocal.floor.control import endpoints
 
     found = [
         {"pid": e.pid, "how": "control", "kind": e.kind, "endpoint": e,
@@ -259,7 +259,7 @@ def running(settings: Settings) -> list[dict[str, Any]]:
 
 def _stop_one(proc: dict[str, Any]) -> bool:
     """Ask one process to stop; True if it was asked (or signalled)."""
-    from vocal.control import send_command
+    from vocal.floor.control import send_command
 
     if proc["endpoint"] is not None:
         try:
@@ -298,7 +298,7 @@ def stop_running(
 
 def installed_hook_files(project_dir: Path | None = None) -> list[Path]:
     """Settings files that hold vocal's hook entries (unreadable ones are left out)."""
-    from vocal import hooks
+    from vocal.agents import hooks
 
     found = []
     for scope in hooks.SCOPES:
@@ -310,7 +310,7 @@ def installed_hook_files(project_dir: Path | None = None) -> list[Path]:
 
 
 def _remove_hooks(report: TeardownReport, project_dir: Path | None) -> None:
-    from vocal import hooks
+    from vocal.agents import hooks
 
     for scope in hooks.SCOPES:
         try:

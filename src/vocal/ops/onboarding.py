@@ -1,8 +1,8 @@
 """`vocal setup` as a library: fetch what the chosen engines need, prove a spoken turn works,
 and only then keep the choices in config.toml.
 
-The proof is one real turn (vocal.converse): vocal says `PROOF_TEXT` with the chosen voice and
-listens for one answer with the chosen Whisper model. Only when it heard words are the choices
+The proof is one real turn (vocal.duplex.converse): vocal says `PROOF_TEXT` with the chosen voice
+and listens for one answer with the chosen Whisper model. Only when it heard words are the choices
 written, so a configuration that cannot hold a conversation is never saved. The write keeps
 every other key and every comment of config.toml (the chosen keys are replaced in place or
 appended) and is atomic (a temporary file renamed over the old one).
@@ -26,7 +26,7 @@ from vocal.errors import NoSpeechError, UsageError
 
 if TYPE_CHECKING:
     from vocal.config import Settings
-    from vocal.converse import ConverseResult
+    from vocal.duplex.converse import ConverseResult
 
 PROOF_TEXT = "Hello, this is vocal. Say something, and I will write down what I hear."
 #: Engines whose weights `vocal setup --engine` fetches.
@@ -101,7 +101,7 @@ def fetch(choices: SetupChoices, settings: Settings) -> list[str]:
 
 def prove(choices: SetupChoices, settings: Settings) -> ConverseResult:
     """One spoken turn with the choices; NoSpeechError (exit 4) unless words were heard."""
-    from vocal.converse import ConverseOptions, converse
+    from vocal.duplex.converse import ConverseOptions, converse
 
     status(f'proof: saying "{PROOF_TEXT}" and listening for your answer')
     # Half-duplex: the answer comes after the sentence, so echo cancellation is not on trial.

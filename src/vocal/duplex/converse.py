@@ -2,15 +2,15 @@
 
 `converse(text, options, settings)` assembles the parts other modules own:
 
-- `vocal.turn.Turn`: the conch, the control socket, the history, SIGTERM/SIGHUP unwinding;
-- `vocal.speech.Speech`: sentence streaming into a `Player` (sentence i+1 is synthesized while
-  sentence i plays);
-- `vocal.aec.EchoCanceller`: the Player's output callback feeds AEC3's reverse stream, the
+- `vocal.floor.turn.Turn`: the conch, the control socket, the history, SIGTERM/SIGHUP unwinding;
+- `vocal.speaking.speech.Speech`: sentence streaming into a `Player` (sentence i+1 is synthesized
+  while sentence i plays);
+- `vocal.duplex.aec.EchoCanceller`: the Player's output callback feeds AEC3's reverse stream, the
   Microphone's input callback runs the capture stream (DESIGN.md: only this wiring keeps the
   reference ahead of its echo);
-- `vocal.bargein.BargeInDetector`: Silero VAD on the cleaned capture while the reply plays;
+- `vocal.duplex.bargein.BargeInDetector`: Silero VAD on the cleaned capture while the reply plays;
   it stops playback within one capture block and keeps the chunks that made it fire;
-- `vocal.listening.listen`: endpointing and transcription, with the STT engine imported and
+- `vocal.hearing.listening.listen`: endpointing and transcription, with the STT engine imported and
   loaded by `SttLoader` in a background thread while the reply plays.
 
 Modes:
@@ -44,10 +44,10 @@ from vocal.errors import DeviceError, UsageError
 if TYPE_CHECKING:
     import numpy as np
 
+    from vocal.audio.devices import Block
     from vocal.config import Settings
-    from vocal.devices import Block
-    from vocal.listening import ListenResult
-    from vocal.speech import SpeechResult
+    from vocal.hearing.listening import ListenResult
+    from vocal.speaking.speech import SpeechResult
 
 #: Half-duplex: the microphone is heard from this long after the reply's last sample, so the
 #: room's reverberant tail is not recorded (the issue's ~200 ms; the room harness's tail is
@@ -140,7 +140,7 @@ class ConverseResult:
             "aec": self.aec,
             "aec_detection": self.aec_detection,
             "end_reason": self.listen.end_reason if self.listen else None,
-            # The end-of-turn stage's verdict on each pause of the answer (vocal.endofturn).
+            # The end-of-turn stage's verdict on each pause of the answer (vocal.hearing.endofturn).
             "turn": self.listen.turn if self.listen else None,
             "timings": {k: _round(v) for k, v in self.timings.items()},
             "clock": self.clock,
@@ -234,9 +234,9 @@ def converse(
         Interrupted: SIGTERM, SIGHUP or Ctrl-C (exit 130).
     Nobody speaking is not an error here: `speech_heard` is False (the command exits 4).
     """
-    from vocal.gates import read_gates
-    from vocal.headphones import aec_wanted
-    from vocal.speech import resolve_voice
+    from vocal.audio.headphones import aec_wanted
+    from vocal.floor.gates import read_gates
+    from vocal.speaking.speech import resolve_voice
     from vocal.tts import engine_class
 
     started_at_s = time.monotonic() if started_at_s is None else started_at_s
@@ -274,7 +274,7 @@ class _Run:
         self.skip_requested = threading.Event()
         self.phase = "starting"
         self.loader: Any = None
-        self.turn_loader: Any = None  # vocal.endofturn.TurnModelLoader
+        self.turn_loader: Any = None  # vocal.hearing.endofturn.TurnModelLoader
         self.speech: Any = None
         self.player: Any = None
         self.mic: Any = None
@@ -298,7 +298,7 @@ class _Run:
         return {"converse": self.phase}
 
     def run(self) -> ConverseResult:
-        from vocal.turn import Turn
+        from vocal.floor.turn import Turn
 
         settings, options = self.settings, self.options
         with Turn(settings, kind="converse", session=options.session, agent=options.agent,
@@ -329,8 +329,8 @@ class _Run:
     def _run_turn(self, turn: Any) -> ConverseResult:
         import numpy  # noqa: F401  (before any stream opens: python-sounddevice #487)
 
-        from vocal.listening import listen_options, stt_loader
-        from vocal.vad import SileroVad
+        from vocal.audio.vad import SileroVad
+        from vocal.hearing.listening import listen_options, stt_loader
 
         settings, options = self.settings, self.options
         if turn.stopped.is_set():  # `vocal control stop` while waiting for the floor
@@ -354,14 +354,14 @@ class _Run:
             # Smart Turn loads once the reply is over, not while it plays: its load and warm-up
             # beside playback, AEC and Whisper's warm-up made a barge-in test lose the person's
             # onset (1 run in 4). Until it is ready (~0.2 s), pauses are judged by the text.
-            from vocal.endofturn import TurnModelLoader
+            from vocal.hearing.endofturn import TurnModelLoader
 
             self.turn_loader = TurnModelLoader()
         self.phase = "listening"
         turn.set_state("listening")
         source = _TurnSource(self.mic, kept, heard_from_s=heard_from_s,
                              drop_before=not self.barge_in)  # fmt: skip
-        from vocal.listening import listen
+        from vocal.hearing.listening import listen
 
         listened = listen(
             source,
@@ -377,11 +377,11 @@ class _Run:
         return self._result(listened, stopped=turn.stopped.is_set())
 
     def _open_microphone(self) -> None:
-        from vocal.devices import Microphone
+        from vocal.audio.devices import Microphone
 
         on_block = None
         if self.use_aec:
-            from vocal.aec import EchoCanceller
+            from vocal.duplex.aec import EchoCanceller
 
             self.canceller = EchoCanceller(
                 render_sample_rate=self.rate, log_levels=self.settings.barge_in_trace
@@ -396,9 +396,9 @@ class _Run:
     def _speak(self, turn: Any) -> tuple[list[Block], float | None]:
         """Play the reply while watching the microphone; returns the blocks to hand to the
         endpointer first (a barge-in's pre-roll) and the time from which capture counts."""
-        from vocal.bargein import BargeInDetector, BargeInOptions
-        from vocal.speech import Speech, engine_loader, open_speech_output
-        from vocal.vad import SileroVad
+        from vocal.audio.vad import SileroVad
+        from vocal.duplex.bargein import BargeInDetector, BargeInOptions
+        from vocal.speaking.speech import Speech, engine_loader, open_speech_output
 
         settings = self.settings
         if self.gain is None:  # muted or volume 0: nothing is said, the turn only listens

@@ -1,17 +1,30 @@
-"""The engine a turn adopted from the speech worker (vocal.speech_worker): its synthesis runs
-in the worker process, and in this one from the sentence where the worker failed."""
+"""The engine a turn adopted from the speech worker (vocal.speaking.worker): its synthesis runs
+in the worker process, and in this one from the sentence where the worker failed.
+
+The worker's module holds the process and the pipes (and documents the messages); this one is
+the turn's side, kept apart so that forking the worker at launch imports no engine registry
+(a muted turn never loads vocal.tts).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from vocal.errors import EngineError
+from vocal.speaking.worker import Worker, claim
 from vocal.tts import TtsEngine, engine_class, load_tts
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from vocal.speech_worker import Worker
+
+def adopt(name: str, voice: str | None, settings: Any) -> RemoteEngine | None:
+    """The worker as the engine for (`name`, `voice`), or None when there is no worker or it
+    guessed another engine or voice (it is then let go, and the caller loads in-process).
+    Called once per process: later calls get None. The worker may still be loading: the
+    engine's first `synthesize` waits for it (and hands over if its load failed)."""
+    worker = claim(name, voice)
+    return RemoteEngine(worker, name, voice, settings) if worker is not None else None
 
 
 class RemoteEngine(TtsEngine):
@@ -106,3 +119,6 @@ def _remote_error(reply: dict[str, Any]) -> EngineError:
     error = EngineError(str(reply.get("message")), hint=reply.get("hint"))
     error.exit_code = int(reply.get("exit_code") or error.exit_code)
     return error
+
+
+__all__ = ["RemoteEngine", "adopt"]

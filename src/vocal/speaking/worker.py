@@ -10,10 +10,11 @@ processes need (`_load_shared`: muted, nothing is loaded and nothing forked). It
 the voice the way the command will (environment, config.toml, and `--engine` and `--voice`
 picked from the command line) and loads the engine and voice the turn will use.
 
-The command then calls `adopt(name, voice, settings)` for the engine it resolved. The worker
+The command then calls `vocal.speaking.remote.adopt(name, voice, settings)` for the engine it
+resolved (`claim` here). The worker
 names its guess as soon as it has made one, so a turn that wants another engine or voice
 (`--engine`, `--voice`) lets the worker go at once and loads its engine in-process as before. A
-match gets a `vocal.tts.remote.RemoteEngine` at once: a `TtsEngine` whose `synthesize` sends
+match gets a `vocal.speaking.remote.RemoteEngine` at once: a `TtsEngine` whose `synthesize` sends
 the sentence and receives the samples, so the first sentence waits in the pipe while the engine
 finishes loading and is synthesized the moment it has. A worker that fails to load its engine
 hands over before the first sentence (loading it in-process raises the engine's own error,
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from vocal.tts import TtsEngine
-    from vocal.tts.remote import RemoteEngine
 
 #: Set to 0 to synthesize in-process (the comparison benchmarks/speak makes, or to debug).
 ENV_SWITCH = "VOCAL_SPEECH_WORKER"
@@ -158,14 +158,14 @@ def _load_shared() -> bool:
 
     Both need the settings and numpy (the worker for its engine, the command for its output).
     Loaded here they cost the 2 cores ~0.15 s less than loaded in each process, and the
-    command starts synthesizing as soon as it knows the text (vocal.speech imports numpy
+    command starts synthesizing as soon as it knows the text (vocal.speaking.speech imports numpy
     before it starts its threads). The gates come first: a muted turn loads neither. numpy's
     OpenBLAS starts a thread pool on import unless told to use one thread, which is all a turn
     needs (no large linear algebra), and a process forks safely only single-threaded.
     """
     try:
         from vocal.config import load_settings
-        from vocal.gates import read_gates
+        from vocal.floor.gates import read_gates
 
         if read_gates(load_settings().home).silent:
             return False
@@ -177,11 +177,10 @@ def _load_shared() -> bool:
     return len(os.listdir("/proc/self/task")) == 1
 
 
-def adopt(name: str, voice: str | None, settings: Any) -> RemoteEngine | None:
-    """The worker as the engine for (`name`, `voice`), or None when there is no worker or it
-    guessed another engine or voice (it is then let go, and the caller loads in-process).
-    Called once per process: later calls get None. The worker may still be loading: the
-    engine's first `synthesize` waits for it (and hands over if its load failed)."""
+def claim(name: str, voice: str | None) -> Worker | None:
+    """The worker, if it guessed (`name`, `voice`); None when there is no worker or it guessed
+    another engine or voice (it is then let go, and the caller loads in-process). Called once
+    per process: later calls get None. `vocal.speaking.remote.adopt` wraps it in an engine."""
     global _worker
     worker, _worker = _worker, None
     if worker is None:
@@ -197,9 +196,7 @@ def adopt(name: str, voice: str | None, settings: Any) -> RemoteEngine | None:
 
     mark("worker_guessed", guess.get("at_s"))
     atexit.register(worker.finish)
-    from vocal.tts.remote import RemoteEngine
-
-    return RemoteEngine(worker, name, voice, settings)
+    return worker
 
 
 def _release() -> None:
@@ -283,7 +280,7 @@ def _guess_engine(reply: Any, engine_name: str | None, voice_name: str | None) -
     guess cannot be made."""
     try:
         from vocal.config import load_settings
-        from vocal.tts import resolve_voice
+        from vocal.tts.resolve import resolve_voice
 
         settings = load_settings()
         name, voice = resolve_voice(voice_name or settings.voice, engine_name, settings)
@@ -313,4 +310,4 @@ def _as_float32(samples: Any) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(samples, np.float32).reshape(-1))
 
 
-__all__ = ["ENV_SWITCH", "adopt", "enabled", "start"]
+__all__ = ["ENV_SWITCH", "Worker", "claim", "enabled", "start"]

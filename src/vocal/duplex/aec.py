@@ -3,7 +3,7 @@
 One APM for the whole process (`shared_apm`), fed in exact 10 ms frames: every block the output
 callback plays goes to `process_reverse_stream`, every block the input callback captures goes
 through `process_stream` and comes back cleaned. `EchoCanceller` holds that wiring; its two
-methods are the audio-callback hooks of `vocal.devices`:
+methods are the audio-callback hooks of `vocal.audio.devices`:
 
     aec = EchoCanceller(render_sample_rate=player_rate)
     Player(player_rate, on_block=aec.render)       # the reverse (far-end) stream

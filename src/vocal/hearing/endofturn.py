@@ -10,8 +10,8 @@ So after a short silence (`EndOfTurnOptions.check_ms`) the listening turn asks t
   16 kHz (left-padded with zeros) and returns P(complete). `SmartTurn` computes those features
   itself (numpy, no transformers) and runs the model on one onnxruntime thread.
 - **the text** of the early transcript that vocal makes in every pause anyway
-  (`vocal.listening.EarlyTranscriber`): a turn that ends in a word that cannot end an English
-  sentence ("... forced the", "I think we should") or in a comma or an ellipsis is not done.
+  (`vocal.hearing.listening.EarlyTranscriber`): a turn that ends in a word that cannot end an
+  English sentence ("... forced the", "I think we should") or in a comma or an ellipsis is not done.
   `text_verdict` is that rule; it knows nothing but the last word and the punctuation.
 
 `decide` combines them (thresholds from `benchmarks/turns --tune` on the real-speech corpus):
@@ -226,14 +226,14 @@ def log_mel_features(samples: np.ndarray) -> np.ndarray:
 def find_turn_model(*, download: bool = True) -> Path:
     """The Smart Turn ONNX file: $VOCAL_TURN_MODEL_PATH, a package that ships it, else the hub
     (downloaded once; EngineError offline or with `download` False)."""
-    from vocal.vad import packaged_model
+    from vocal.audio.vad import packaged_model
 
     path = packaged_model(MODEL_ENV, MODEL_LOCATIONS)
     if path is not None:
         return path
     if not download:
         raise EngineError("the Smart Turn model is not installed", hint=INSTALL_HINT)
-    from vocal.stt.models import hub_snapshot
+    from vocal.hub import hub_snapshot
 
     return hub_snapshot(HUB_REPO, allow_patterns=[MODEL_FILE], what="the turn model") / MODEL_FILE
 
@@ -321,7 +321,7 @@ class TextSource(Protocol):
 
 
 class PauseLike(Protocol):
-    """What the judge reads of `vocal.vad.Endpointer`."""
+    """What the judge reads of `vocal.audio.vad.Endpointer`."""
 
     sample_rate: int
     done: bool

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vocal.errors import UsageError
-from vocal.statefiles import locked, private_dir, read_json, write_json
+from vocal.floor.statefiles import locked, private_dir, read_json, write_json
 
 if TYPE_CHECKING:
     from vocal.config import Settings

@@ -4,7 +4,7 @@ They are checked before any synthesis cost is paid: muted, or a volume of 0, mea
 loaded and nothing is synthesized (DESIGN.md), not that silence is played. The file is
 `<home>/gates.json`, written atomically; a missing file means the defaults (unmuted, 100 %), and
 so does a malformed one (not JSON, nested too deep, a field of the wrong type), which is
-quarantined on the way (`vocal.statefiles.read_record`): a broken state file can never silence
+quarantined on the way (`vocal.floor.statefiles.read_record`): a broken state file can never silence
 vocal for good, nor stop `unmute` or `volume` from writing a good one (issue 17).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vocal.errors import UsageError
-from vocal.statefiles import BadRecord, check_field, read_record, write_bytes_atomic
+from vocal.floor.statefiles import BadRecord, check_field, read_record, write_bytes_atomic
 
 GATES_FILE_NAME = "gates.json"
 #: The loudest `vocal volume` allows: twice the engine's level (clipping starts beyond).

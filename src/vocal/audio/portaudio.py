@@ -4,7 +4,7 @@ Initializing PortAudio costs 60-120 ms here: loading libportaudio with its JACK 
 libraries, then `Pa_Initialize`, which tries to reach a JACK server and probes every ALSA plugin
 in /etc/alsa/conf.d. All of that is C that runs without the GIL, so `vocal.launch` starts it on
 a thread first thing for the commands that open a device, where it overlaps the ~100 ms of
-importing Typer and vocal's CLI on the other core. `vocal.devices` waits for it before it
+importing Typer and vocal's CLI on the other core. `vocal.audio.devices` waits for it before it
 imports sounddevice, whose own `Pa_Initialize` then only counts one more user.
 
 Both libraries print to stderr while probing ("Cannot connect to server socket", "ALSA lib
@@ -78,7 +78,7 @@ def _initialize() -> None:
     silence_library_messages()
     try:
         library = ctypes.CDLL(LIBRARY)  # dlopen runs without the GIL (ctypes releases it)
-    except OSError:  # no PortAudio: vocal.devices says what to install when it is needed
+    except OSError:  # no PortAudio: vocal.audio.devices says what to install when it is needed
         return
     if library.Pa_Initialize() == 0:  # paNoError; a failure is reported by sounddevice later
         _library = library

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from vocal.errors import UsageError, VocalError
-from vocal.statefiles import (
+from vocal.floor.statefiles import (
     BadRecord,
     SocketPath,
     check_field,

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from vocal.errors import UsageError
-from vocal.statefiles import locked, private_dir, read_json, unlink, write_json
+from vocal.floor.statefiles import locked, private_dir, read_json, unlink, write_json
 
 #: Message ids are file names: letters, digits, '.', '_', '-', not starting with a dot.
 _SAFE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")

@@ -1,8 +1,8 @@
 """One listening turn as a library: record until the speaker stops, then transcribe.
 
-`listen(source, stt=...)` consumes `vocal.devices.Block`s from any source (a `Microphone`, a
+`listen(source, stt=...)` consumes `vocal.audio.devices.Block`s from any source (a `Microphone`, a
 `WavSource`, or a microphone whose callback runs echo cancellation), endpoints them with Silero
-VAD (`vocal.vad.Endpointer`), and transcribes the utterance with an STT engine that
+VAD (`vocal.audio.vad.Endpointer`), and transcribes the utterance with an STT engine that
 `SttLoader` imports and loads in a background thread while the recording runs, so the
 microphone opens at once and the model's cost hides behind the speaker's own words (DESIGN.md).
 An external "end now" (`stop`, a `threading.Event`: Ctrl-C, the control channel's skip) ends
@@ -26,12 +26,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from vocal.audio import STT_SAMPLE_RATE, Audio
-from vocal.devices import Block
-from vocal.endofturn import EndOfTurnOptions, PauseJudge, TurnModelLoader
+from vocal.audio.devices import Block
+from vocal.audio.vad import Confidence, Endpointer, EndpointOptions, EndReason, VadState
+from vocal.audio.wav import STT_SAMPLE_RATE, Audio
 from vocal.errors import VocalError
+from vocal.hearing.endofturn import EndOfTurnOptions, PauseJudge, TurnModelLoader
 from vocal.stt import SttEngine, Transcript, load_stt
-from vocal.vad import Confidence, Endpointer, EndpointOptions, EndReason, VadState
 
 #: How long the fixed-window mode records when no --seconds is given.
 DEFAULT_FIXED_SECONDS = 5.0
@@ -59,13 +59,13 @@ class ListenOptions:
     early_transcription: bool = True
     #: How long a pause lasts before Whisper starts on the utterance so far (whole 32 ms
     #: chunks; at most the endpointer's post-roll). One chunk: the early transcript is what
-    #: confirms or vetoes the end of a turn (vocal.endofturn), so every chunk it waits is on
+    #: confirms or vetoes the end of a turn (vocal.hearing.endofturn), so every chunk it waits is on
     #: the person's clock. On the real-speech corpus the tail Whisper gets made no difference
     #: (beam 5, 39 complete and paused turns: WER 0.343 with 32 ms of tail, 0.341 with 96 ms,
     #: 0.337 with 64), since the last speech chunk already holds the word's tail (it is the
     #: last chunk above the stop threshold); `benchmarks/turns --parts wer` checks it end to end.
     early_after_ms: int = 32
-    #: The end-of-turn stage (vocal.endofturn): after `check_ms` of silence, is the turn
+    #: The end-of-turn stage (vocal.hearing.endofturn): after `check_ms` of silence, is the turn
     #: complete? VAD mode only; `enabled=False` is the plain silence window.
     end_of_turn: EndOfTurnOptions = field(default_factory=EndOfTurnOptions)
 
@@ -315,7 +315,7 @@ def record(
     stage) looks at every block's pause after that and may end the turn or hold it open.
     """
     if confidence is None:
-        from vocal.vad import SileroVad
+        from vocal.audio.vad import SileroVad
 
         confidence = SileroVad()
     endpointer = Endpointer(
@@ -370,7 +370,7 @@ class EarlyTranscriber:
     The utterance's words are fixed as soon as a pause begins (what follows until the
     post-roll is silence). Whisper starts `ListenOptions.early_after_ms` (32 ms) into the
     pause, in this thread: the end-of-turn stage waits for this text to confirm or veto the
-    end (vocal.endofturn), and otherwise it is ready before the silence window (700 ms)
+    end (vocal.hearing.endofturn), and otherwise it is ready before the silence window (700 ms)
     ends. If the speaker
     resumes, the result is for an older utterance and is not used; only the latest request is
     kept while one runs (a stale one is never queued behind it).
@@ -426,7 +426,7 @@ class EarlyTranscriber:
         return outcome
 
     def text(self, key: tuple[int, int], wait: bool) -> tuple[bool, str | None]:
-        """For the end-of-turn stage (`vocal.endofturn.TextSource`): (requested, text)."""
+        """For the end-of-turn stage (`vocal.hearing.endofturn.TextSource`): (requested, text)."""
         with self._lock:
             requested = key in self._submitted
             if not wait and key not in self._done:

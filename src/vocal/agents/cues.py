@@ -22,8 +22,8 @@ vocal.config's imports (dataclasses, pathlib, tomllib) 40-80 ms and sounddevice'
 (PortAudio enumerating ALSA devices) 140-350 ms here, while `paplay` starts a file in ~20 ms
 (benchmarks/cue). So hooks run the lean entry point `python -c 'import vocal.cuehook' EVENT`
 (what `vocal cue --install-snippet` prints), and this module keeps to os and sys on that path:
-paths are strings, results plain classes, and vocal.config, vocal.gates and vocal.conch are
-imported only when their files exist (a config.toml, gates set by `vocal mute`/`volume`, a
+paths are strings, results plain classes, and vocal.config, vocal.floor.gates and vocal.floor.conch
+are imported only when their files exist (a config.toml, gates set by `vocal mute`/`volume`, a
 conch holder). On Linux the file goes to `paplay` (PulseAudio or PipeWire; it decodes with
 libsndfile too). PortAudio is the fallback, the path
 on macOS and for a chosen output device: 16-bit WAV frames go raw to a RawOutputStream (no
@@ -45,7 +45,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 #: The font shipped in the package.
-BUILTIN_FONT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "soundfont")
+BUILTIN_FONT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "soundfont"
+)
 MUTE_FILE = "MUTE"
 FORMATS = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3")
 #: How long to wait for a hook's JSON on a piped stdin (Claude Code writes it at once).
@@ -53,10 +55,10 @@ STDIN_WAIT_S = 0.05
 #: Claude Code hook events and what the shipped font plays for them.
 HOOK_EVENTS = ("PreToolUse", "PostToolUse", "Notification", "Stop", "SubagentStop")
 _TOOL_EVENTS = ("PreToolUse", "PostToolUse")
-#: vocal.conch keeps the holder in this file of the conch directory; no file, no holder.
+#: vocal.floor.conch keeps the holder in this file of the conch directory; no file, no holder.
 CONCH_HOLDER_FILE = "holder.json"
-#: vocal.gates' file in the state directory, and vocal.config's (tests/test_cue.py checks these
-#: names, and the environment variables below, still match their owners).
+#: vocal.floor.gates' file in the state directory, and vocal.config's (tests/test_cue.py checks
+#: these names, and the environment variables below, still match their owners).
 GATES_FILE = "gates.json"
 CONFIG_FILE = "config.toml"
 #: Players: paplay starts a cue in ~25 ms where PortAudio's start-up alone costs 100-300 ms
@@ -229,7 +231,7 @@ def scale(pcm: Pcm, gain: float) -> Pcm:
 
 def play_pcm(pcm: Pcm, device: str | int | None = None) -> None:
     """Play `pcm` and return when it has been heard (the stream drains on stop)."""
-    from vocal.devices import _port_audio_error, resolve_device, sounddevice
+    from vocal.audio.devices import _port_audio_error, resolve_device, sounddevice
 
     sd = sounddevice()
     index = resolve_device(device, "output") if device not in (None, "") else None
@@ -249,13 +251,13 @@ def play_pcm(pcm: Pcm, device: str | int | None = None) -> None:
 
 
 def _gates(home: str) -> Any:
-    """`vocal mute` / `vocal volume`, or None when they were never set: vocal.gates is imported
-    only then (its imports cost a cue 10-30 ms here)."""
+    """`vocal mute` / `vocal volume`, or None when they were never set: vocal.floor.gates is
+    imported only then (its imports cost a cue 10-30 ms here)."""
     if not os.path.exists(os.path.join(home, GATES_FILE)):
         return None
     from pathlib import Path
 
-    from vocal.gates import read_gates
+    from vocal.floor.gates import read_gates
 
     return read_gates(Path(home))
 
@@ -285,9 +287,9 @@ def _run_quiet(argv: list[str]) -> int:
 def conch_holder_elsewhere(settings: CueSettings) -> str | None:
     """The session holding the conch if it is not ours, else None (never waits)."""
     if not os.path.exists(os.path.join(settings.conch_dir, CONCH_HOLDER_FILE)):
-        return None  # the usual case, for the cost of a stat: no vocal.conch import (~20 ms)
-    from vocal.conch import Conch
+        return None  # the usual case, for the cost of a stat: no vocal.floor.conch import (~20 ms)
     from vocal.config import load_settings
+    from vocal.floor.conch import Conch
 
     try:
         holder = Conch.from_settings(load_settings(home=settings.home)).status().holder

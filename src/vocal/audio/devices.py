@@ -54,7 +54,7 @@ def sounddevice() -> Any:
     An initialization `vocal.launch` began early is waited for first: two threads inside
     Pa_Initialize at once would corrupt PortAudio's state.
     """
-    from vocal import portaudio
+    from vocal.audio import portaudio
 
     portaudio.wait()
     portaudio.silence_library_messages()
@@ -560,7 +560,7 @@ class WavSource:
     """`--input FILE`: a WAV read as if captured, in blocks at `sample_rate` mono, as fast as
     the consumer takes them."""
 
-    #: Not a live source: `vocal.listening.listen` endpoints it on the file's own clock.
+    #: Not a live source: `vocal.hearing.listening.listen` endpoints it on the file's own clock.
     live = False
 
     def __init__(self, path: str | Path, sample_rate: int = 16_000, *, block_frames: int = 512):
@@ -568,7 +568,7 @@ class WavSource:
         self.sample_rate = sample_rate
         self.block_frames = block_frames
         self.overflows = 0
-        from vocal.audio import read_wav
+        from vocal.audio.wav import read_wav
 
         self.audio = read_wav(self.path).to_mono().resample(sample_rate)
         self.opened_at_s: float | None = None
@@ -602,7 +602,7 @@ class WavSink:
     """`--output FILE`: the Player interface, writing a WAV instead of playing.
 
     Nothing plays in real time: `finish()` writes the whole file at once, through
-    `vocal.audio.write_wav` (a temporary file renamed over the old one). A turn that is
+    `vocal.audio.wav.write_wav` (a temporary file renamed over the old one). A turn that is
     stopped, fails or is interrupted before `finish()` writes nothing, so an existing file
     is left byte for byte as it was (issue 17: a failed `speak -o keep.wav` used to leave an
     empty 44-byte WAV). `open()` refuses a destination that cannot be written (a directory,
@@ -670,7 +670,7 @@ class WavSink:
     def _write(self) -> None:
         import numpy as np
 
-        from vocal.audio import Audio, write_wav
+        from vocal.audio.wav import Audio, write_wav
 
         samples = np.concatenate(self._parts) if self._parts else np.zeros(0, np.float32)
         write_wav(self.path, Audio(samples, self.sample_rate))

@@ -1,4 +1,4 @@
-"""The voice store: reference clips for cloned voices, and which engine speaks a `--voice` name.
+"""The voice store: reference clips for cloned voices.
 
 Layout, in the state directory (`VOCAL_VOICES_DIR` overrides it)::
 
@@ -7,11 +7,11 @@ Layout, in the state directory (`VOCAL_VOICES_DIR` overrides it)::
     voices/<name>/description.txt one line, for `vocal voices list`
     voices/<name>/persona.md      notes for the agent that speaks in this voice
 
-`vocal voices add` validates a clip (readable audio, 5–9 s of speech once leading and trailing
-silence is trimmed, not clipped, not silent), converts it to mono 16-bit at the cloning engine's
-rate with its loudness normalised, and stores it as a sample with `default.wav` pointing at it.
-`use` moves the symlink to another sample. A directory with several WAVs and no `default.wav`
-is reported as a problem, never silently resolved to one of them.
+`vocal voices add` validates a clip (vocal.tts.clips: readable audio, 5–9 s of speech once leading
+and trailing silence is trimmed, not clipped, not silent), converts it to mono 16-bit at the
+cloning engine's rate with its loudness normalised, and stores it as a sample with `default.wav`
+pointing at it. `use` moves the symlink to another sample. A directory with several WAVs and no
+`default.wav` is reported as a problem, never silently resolved to one of them.
 
 vocal removes or replaces only a voice directory it made (issue 17): one holding nothing but
 the layout above (`add` also leaves a `.vocal-voice` marker, for provenance; voices made by
@@ -19,16 +19,12 @@ older versions have none, and the layout alone decides). A folder of the user's
 (`VOCAL_VOICES_DIR` pointed at a projects folder) is listed as "not a voice" and is never
 removed, replaced or changed; a `default.wav` link must name a file in its own directory.
 
-`resolve_voice` is what `speak` and `converse` call with `--voice NAME`: a stored voice speaks
-through the Chatterbox engine (and fails with exit 5, naming the missing files, when its
-weights are absent, rather than speaking in another voice); any other name goes to the
-configured engine as one of its built-in voices.
+Which engine speaks a stored voice (`--voice NAME`) is decided in vocal.tts.resolve.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
@@ -37,12 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from vocal.atomicfile import umask
-from vocal.audio import Audio, check_audio_limits, read_wav, write_wav
-from vocal.errors import AudioFormatError, UsageError
-from vocal.tts.chatterbox import SAMPLE_RATE as CLONE_SAMPLE_RATE
+from vocal.audio.wav import read_wav, write_wav
+from vocal.errors import UsageError
+from vocal.tts.clips import ClipReport, prepare_clip, read_clip
 
 if TYPE_CHECKING:
     from vocal.config import Settings
@@ -57,38 +51,9 @@ MARKER_FILE = ".vocal-voice"
 NAME_MAX_CHARS = 64
 PERSONA_MAX_BYTES = 64 * 1024
 
-# Clip rules (issue 5). Chatterbox conditions on up to 10 s of reference and clones poorly
-# from under 5 s; 5–9 s of speech leaves room for the kept margins.
-MIN_SPEECH_S = 5.0
-MAX_SPEECH_S = 9.0
-FRAME_S = 0.02
-#: A clip whose loudest 20 ms frame is below this is silent.
-SILENT_DBFS = -50.0
-#: Frames this far below the loudest one are silence when trimming (and never below -80 dBFS).
-TRIM_BELOW_PEAK_DB = 35.0
-TRIM_FLOOR_DBFS = -80.0
-#: Silence kept before and after the speech, so the first and last phonemes are whole.
-MARGIN_S = 0.15
-#: Clipping: samples at full scale in runs of 3 or more (a single full-scale peak is legal);
-#: more than 0.1% of the speech so marked means the recording was clipped.
-CLIP_LEVEL = 0.999
-CLIP_RUN = 3
-MAX_CLIPPED_FRACTION = 0.001
-#: Loudness: the speech's RMS is brought to -20 dBFS (a usual level for speech references),
-#: then lowered if needed to keep peaks under -1 dBFS.
-TARGET_RMS_DBFS = -20.0
-PEAK_CEILING_DBFS = -1.0
 
 # fullmatch, not `$`: `$` also matches before a trailing newline ("alice\n" is no name).
 _NAME = re.compile(r"\w[\w.-]*")
-
-
-def _db(value: float) -> float:
-    return 20.0 * math.log10(max(value, 1e-12))
-
-
-def _gain(db: float) -> float:
-    return 10.0 ** (db / 20.0)
 
 
 # -- names ------------------------------------------------------------------------------------
@@ -130,165 +95,6 @@ def sample_name_for(path: Path) -> str:
     stem = re.sub(r"[^\w.-]+", "-", path.stem).strip("-.")[:NAME_MAX_CHARS]
     stem = stem.replace("..", "-")
     return stem if stem and stem.lower() != "default" else "sample"
-
-
-# -- clips ------------------------------------------------------------------------------------
-class ClipError(UsageError):
-    """A reference clip that cannot make a voice; the message says why."""
-
-
-@dataclass(frozen=True)
-class ClipReport:
-    """What `prepare_clip` measured and did."""
-
-    source_duration_s: float
-    source_sample_rate: int
-    source_channels: int
-    speech_s: float
-    stored_duration_s: float
-    speech_rms_dbfs: float
-    gain_db: float
-    sample_rate: int = CLONE_SAMPLE_RATE
-
-
-def read_clip(path: Path) -> Audio:
-    """Any audio file vocal can read: WAV through vocal.audio, FLAC/OGG/MP3 through soundfile."""
-    try:
-        return read_wav(path)
-    except AudioFormatError as wav_error:
-        if "no RIFF/WAVE header" not in str(wav_error):
-            raise ClipError(str(wav_error)) from None
-    try:
-        import soundfile
-
-        info = soundfile.info(str(path))
-    except Exception:
-        raise ClipError(
-            f"{path}: not an audio file vocal can read",
-            hint="use a WAV, FLAC, OGG or MP3 recording of 5–9 s of speech",
-        ) from None
-    # The same limits as a WAV's, from the header, before decoding (issue 17).
-    try:
-        check_audio_limits(str(path), sample_rate=int(info.samplerate), frames=int(info.frames))
-    except AudioFormatError as exc:
-        raise ClipError(str(exc)) from None
-    try:
-        samples, sample_rate = soundfile.read(str(path), dtype="float32", always_2d=True)
-    except Exception:
-        raise ClipError(
-            f"{path}: not an audio file vocal can read",
-            hint="use a WAV, FLAC, OGG or MP3 recording of 5–9 s of speech",
-        ) from None
-    if samples.shape[0] == 0:
-        raise ClipError(f"{path}: the file holds no audio")
-    return Audio(samples, int(sample_rate))
-
-
-def _frame_rms(samples: np.ndarray, frame: int) -> np.ndarray:
-    count = len(samples) // frame
-    if count == 0:
-        return np.zeros(0, np.float32)
-    frames = samples[: count * frame].reshape(count, frame).astype(np.float64)
-    return np.sqrt(np.mean(frames * frames, axis=1))
-
-
-def _clipped_fraction(samples: np.ndarray) -> float:
-    """The share of samples that sit in runs of >= CLIP_RUN at full scale, per channel."""
-    flagged = 0
-    for channel in samples.T:
-        pinned = np.abs(channel) >= CLIP_LEVEL
-        if not pinned.any():
-            continue
-        # Run lengths of consecutive pinned samples.
-        edges = np.diff(np.concatenate(([0], pinned.view(np.int8), [0])))
-        starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-        runs = ends - starts
-        flagged += int(runs[runs >= CLIP_RUN].sum())
-    return flagged / max(samples.size, 1)
-
-
-#: The share of a clip's loud span that Silero VAD must judge speech (p >= 0.5). A 7 s sine
-#: tone passed the loudness checks as "7.0 s of speech" (issue 17); read speech scores well
-#: above half, with breaths and pauses below.
-MIN_VOICED_SHARE = 0.3
-
-
-def _voiced_share(samples_24k: np.ndarray) -> float:
-    """The share of 32 ms chunks Silero VAD judges speech, on the clip at 16 kHz."""
-    from vocal.vad import SileroVad
-
-    samples = Audio(samples_24k, CLONE_SAMPLE_RATE).resample(16_000).mono_samples
-    probabilities = SileroVad().probabilities(samples)
-    return float(np.mean(probabilities >= 0.5)) if probabilities.size else 0.0
-
-
-def prepare_clip(audio: Audio, *, name: str = "the clip") -> tuple[Audio, ClipReport]:
-    """Validate a reference clip and convert it: mono, 24 kHz, trimmed, loudness-normalised.
-
-    Raises `ClipError` (exit 2) for a silent, clipped, too short or too long clip, with the
-    measured figure in the message.
-    """
-    if audio.frames == 0:
-        raise ClipError(f"{name}: the file holds no audio")
-    if _clipped_fraction(audio.samples) > MAX_CLIPPED_FRACTION:
-        share = _clipped_fraction(audio.samples) * 100
-        raise ClipError(
-            f"{name} is clipped ({share:.1f}% of its samples sit at full scale)",
-            hint="record it again with a lower input level",
-        )
-    mono = audio.to_mono().resample(CLONE_SAMPLE_RATE).mono_samples
-    frame = round(FRAME_S * CLONE_SAMPLE_RATE)
-    rms = _frame_rms(mono, frame)
-    loudest = float(rms.max()) if rms.size else 0.0
-    if loudest < _gain(SILENT_DBFS):
-        raise ClipError(
-            f"{name} is silent (its loudest moment is {_db(loudest):.0f} dBFS)",
-            hint="record 5–9 s of speech",
-        )
-    threshold = max(loudest * _gain(-TRIM_BELOW_PEAK_DB), _gain(TRIM_FLOOR_DBFS))
-    voiced = np.flatnonzero(rms > threshold)
-    first, last = int(voiced[0]), int(voiced[-1])
-    speech_s = (last - first + 1) * FRAME_S
-    if speech_s < MIN_SPEECH_S:
-        raise ClipError(
-            f"{name} holds {speech_s:.1f} s of speech; a voice needs {MIN_SPEECH_S:g}–"
-            f"{MAX_SPEECH_S:g} s",
-            hint="record a longer take (a sentence or two)",
-        )
-    if speech_s > MAX_SPEECH_S:
-        raise ClipError(
-            f"{name} holds {speech_s:.1f} s of speech; a voice needs {MIN_SPEECH_S:g}–"
-            f"{MAX_SPEECH_S:g} s",
-            hint="cut it to one or two clean sentences, e.g. `sox in.wav out.wav trim 0 8`",
-        )
-    voiced_share = _voiced_share(mono[first * frame : (last + 1) * frame])
-    if voiced_share < MIN_VOICED_SHARE:
-        raise ClipError(
-            f"{name} is not speech: Silero VAD hears a voice in {voiced_share:.0%} of it "
-            "(a tone, music or noise)",
-            hint="record 5–9 s of speech",
-        )
-    margin = round(MARGIN_S * CLONE_SAMPLE_RATE)
-    start = max(0, first * frame - margin)
-    end = min(len(mono), (last + 1) * frame + margin)
-    trimmed = mono[start:end].astype(np.float32)
-    voiced_rms = rms[first : last + 1]
-    voiced_rms = voiced_rms[voiced_rms > threshold]
-    speech_rms = float(np.sqrt(np.mean(np.square(voiced_rms))))
-    gain_db = TARGET_RMS_DBFS - _db(speech_rms)
-    peak = float(np.max(np.abs(trimmed)))
-    gain_db = min(gain_db, PEAK_CEILING_DBFS - _db(peak))
-    stored = Audio(trimmed * np.float32(_gain(gain_db)), CLONE_SAMPLE_RATE)
-    report = ClipReport(
-        source_duration_s=audio.duration_s,
-        source_sample_rate=audio.sample_rate,
-        source_channels=audio.channels,
-        speech_s=round(speech_s, 2),
-        stored_duration_s=round(stored.duration_s, 2),
-        speech_rms_dbfs=round(_db(speech_rms) + gain_db, 1),
-        gain_db=round(gain_db, 1),
-    )
-    return stored, report
 
 
 # -- whose directory ----------------------------------------------------------------------------
@@ -644,66 +450,6 @@ def _read_persona(path: Path) -> str:
         raise UsageError(f"{path} is not UTF-8 text") from None
 
 
-# -- which engine speaks a --voice ------------------------------------------------------------
-def check_cloning_available(settings: Settings, voice: str | None = None) -> None:
-    """Raise `EngineError` (exit 5) naming every missing Chatterbox file and how to get them."""
-    from vocal.tts.chatterbox import find_weights
-
-    find_weights(settings, voice=voice)
-
-
-def resolve_voice(
-    name: str | None,
-    settings: Settings,
-    *,
-    engine: str | None = None,
-    check: bool = True,
-) -> tuple[str, str | None]:
-    """The engine and voice that speak `--voice NAME`.
-
-    - A stored voice: ("chatterbox", path of its reference clip). With `check`, the cloning
-      weights must be present: otherwise an `EngineError` (exit 5) says exactly which files are
-      missing and how to get them, instead of speaking in another voice.
-    - Any other name (an espeak or hibari voice, ...) or None: (engine or settings.tts_engine,
-      name) for that engine to accept or refuse as one of its built-in voices.
-
-    `name` None falls back to `settings.voice`. `engine` is an explicit `--engine`: asking a
-    non-cloning engine for a stored voice is a `UsageError`, not a silent switch.
-    """
-    name = name if name is not None else settings.voice
-    found = stored_voice(name, settings, engine=engine, check=check)
-    if found is not None:
-        return found
-    return (engine or settings.tts_engine), name
-
-
-def stored_voice(
-    name: str | None,
-    settings: Settings,
-    *,
-    engine: str | None = None,
-    check: bool = True,
-) -> tuple[str, str] | None:
-    """("chatterbox", reference clip path) when `name` is a stored voice, else None.
-
-    The first step of any voice resolution (`resolve_voice`, or an engine search of one's own):
-    stored voices win over engines' built-in voices of the same name. Raises like
-    `resolve_voice` for a stored voice that cannot speak.
-    """
-    store = VoiceStore.from_settings(settings)
-    if name is None or not store.exists(name):
-        return None
-    if engine is not None and engine != CLONING_ENGINE:
-        raise UsageError(
-            f"{name!r} is a cloned voice, which only the {CLONING_ENGINE} engine speaks",
-            hint=f"drop --engine {engine}, or use --engine {CLONING_ENGINE}",
-        )
-    reference = store.get(name).reference()
-    if check:
-        check_cloning_available(settings, voice=name)
-    return CLONING_ENGINE, str(reference)
-
-
 def voices_json(voices: list[Voice]) -> str:
     """`vocal voices list --json`: an array of `Voice.to_dict()`."""
     return json.dumps([v.to_dict() for v in voices], indent=2)
@@ -711,20 +457,13 @@ def voices_json(voices: list[Voice]) -> str:
 
 __all__ = [
     "CLONING_ENGINE",
-    "ClipError",
-    "ClipReport",
     "Sample",
     "Voice",
     "VoiceStore",
-    "check_cloning_available",
     "default_link_problem",
     "is_voice_name",
     "ownership_problem",
-    "prepare_clip",
-    "read_clip",
-    "resolve_voice",
     "sample_name_for",
-    "stored_voice",
     "validate_voice_name",
     "voices_json",
 ]
