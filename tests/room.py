@@ -478,7 +478,8 @@ def play_turn(
     wires them. With `speech_probability`, a `BargeInDetector` watches the cleaned signal and
     stops the player. Returns when playback has ended (or been stopped) and `after_s` (or
     `listen_after_barge_in_s` after a barge-in) has passed."""
-    from vocal.audio.devices import Microphone, Player
+    from vocal.audio.devices import Microphone
+    from vocal.audio.player import Player
     from vocal.duplex import aec as aec_module
     from vocal.duplex.bargein import BargeInDetector
 

@@ -13,15 +13,9 @@ from speech import espeak
 
 from vocal.audio.wav import resample
 from vocal.duplex import aec as aec_module
-from vocal.duplex.aec import (
-    AecOptions,
-    EchoCanceller,
-    RenderActivity,
-    convergence_time_s,
-    erle_db,
-    erle_trace_db,
-    shared_apm,
-)
+from vocal.duplex.aec import AecOptions, EchoCanceller, shared_apm
+from vocal.duplex.aec_frames import RenderActivity
+from vocal.duplex.erle import convergence_time_s, erle_db, erle_trace_db
 
 SAMPLE_RATE = 16_000
 

@@ -10,7 +10,7 @@ from room import play_turn, running_room, without_room_stall
 from speech import espeak, word_error_rate
 
 from vocal.audio.wav import Audio, write_wav
-from vocal.duplex.aec import RenderActivity
+from vocal.duplex.aec_frames import RenderActivity
 from vocal.duplex.bargein import BargeInDetector, BargeInOptions
 
 SAMPLE_RATE = 16_000

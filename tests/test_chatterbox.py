@@ -23,16 +23,18 @@ from vocal.config import load_settings
 from vocal.errors import EXIT_UNAVAILABLE, EngineError
 from vocal.providers import CPU, ProviderFailure, ProviderLadder, default_ladder, parse_ladder
 from vocal.tts import load_tts
-from vocal.tts.chatterbox import (
+from vocal.tts.chatterbox import ChatterboxEngine
+from vocal.tts.chatterbox_model import (
     MAX_NEW_TOKENS,
     SAMPLE_RATE,
-    ChatterboxEngine,
     check_speech,
+    max_new_tokens,
+    normalize_text,
+)
+from vocal.tts.chatterbox_weights import (
     download_weights,
     find_weights,
-    max_new_tokens,
     missing_weights,
-    normalize_text,
     weights_dir,
 )
 from vocal.tts.resolve import resolve_stored_voice

@@ -14,7 +14,8 @@ import pytest
 from loopback import align, captured, matched_fraction
 from runner import run_vocal
 
-from vocal.audio.devices import Microphone, Player, ReferenceBuffer
+from vocal.audio.devices import Microphone
+from vocal.audio.player import Player, ReferenceBuffer
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 

@@ -36,7 +36,8 @@ from vocal.audio.wav import (
 from vocal.config import load_settings
 from vocal.errors import AudioFormatError, UsageError
 from vocal.hearing.endofturn import EndOfTurnOptions
-from vocal.speaking.speech import MAX_TEXT_CHARS, text_argument
+from vocal.speaking.speak import text_argument
+from vocal.speaking.text import MAX_TEXT_CHARS
 
 # A child that reads without limit dies here instead of taking the machine's memory with it.
 CHILD_ADDRESS_SPACE_BYTES = 3 * 1024**3

@@ -23,7 +23,7 @@ from listen_audio import join, silence, trimmed
 from runner import start_vocal
 from speech import word_error_rate
 
-from vocal.audio.devices import Player
+from vocal.audio.player import Player
 from vocal.audio.wav import Audio
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]

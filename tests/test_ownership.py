@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from runner import run_vocal
 
-from vocal.config import (
+from vocal.errors import EXIT_USAGE, UsageError
+from vocal.floor.statedir import (
     STATE_MARKER_NAME,
     ensure_private_dir,
     ensure_state_dir,
     has_state_marker,
 )
-from vocal.errors import EXIT_USAGE, UsageError
 from vocal.floor.statefiles import HOST, process_start
 
 

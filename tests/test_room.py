@@ -19,7 +19,8 @@ from room import (
 )
 from speech import espeak
 
-from vocal.audio.devices import Microphone, Player
+from vocal.audio.devices import Microphone
+from vocal.audio.player import Player
 from vocal.audio.wav import write_wav
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]

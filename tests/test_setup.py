@@ -93,7 +93,7 @@ class SimulatedPerson:
         self._thread.join(30)
 
     def _run(self) -> None:
-        from vocal.audio.devices import Player
+        from vocal.audio.player import Player
         from vocal.floor.control import ControlError, endpoints, send_command
 
         deadline = time.monotonic() + 120

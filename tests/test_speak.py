@@ -128,8 +128,8 @@ def test_speak_plays_through_the_speaker_and_reports_timings() -> None:
 @pytest.mark.audio
 @pytest.mark.usefixtures("pulse")
 def test_a_long_paragraph_starts_at_once_and_stops_on_ctrl_c() -> None:
-    # Just under the text limit (vocal.speaking.text.MAX_TEXT_CHARS, ~23 minutes of speech: issue
-    # 17).
+    # Just under the text limit (vocal.speaking.text.MAX_TEXT_CHARS, ~23 minutes of speech:
+    # issue 17).
     from vocal.speaking.text import MAX_TEXT_CHARS
 
     sentence = "the quick brown fox jumps over the lazy dog and keeps running "
@@ -220,7 +220,7 @@ def test_http_engines_through_the_cli(tmp_path: Path) -> None:
 
 
 def test_a_long_first_sentence_is_spoken_in_two_pieces() -> None:
-    from vocal.speaking.speech import split_first_clause
+    from vocal.speaking.text import split_first_clause
 
     assert split_first_clause("Hello there, I have finished the refactoring of the parser.") == [
         "Hello there,", "I have finished the refactoring of the parser.",

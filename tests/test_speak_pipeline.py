@@ -16,7 +16,9 @@ from speech import word_error_rate
 
 from vocal.audio.wav import resample
 from vocal.errors import EngineError
-from vocal.speaking.speech import Speech, check_speech, open_speech_output
+from vocal.speaking.check import check_speech
+from vocal.speaking.output import open_speech_output
+from vocal.speaking.speech import Speech
 from vocal.tts import TtsEngine, load_tts
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]

@@ -30,7 +30,7 @@ from vocal.audio.wav import read_wav, write_wav
 from vocal.config import load_settings
 from vocal.floor.control import endpoints, find_endpoint, send_command
 from vocal.floor.history import History
-from vocal.speaking.speech import SpeakOptions, speak
+from vocal.speaking.speak import SpeakOptions, speak
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 

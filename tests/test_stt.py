@@ -202,7 +202,7 @@ def mlx_engine(mlx_cache: Path):  # noqa: ANN201
 
     Loaded in a background thread and used from this one, as `vocal listen` does (MLX keeps
     its streams per thread)."""
-    from vocal.hearing.listening import SttLoader
+    from vocal.hearing.stt_loading import SttLoader
 
     return SttLoader("mlx-whisper", cache_dir=mlx_cache).engine()
 

@@ -15,7 +15,8 @@ from runner import run_vocal, start_vocal
 
 from vocal.config import load_settings
 from vocal.errors import Interrupted
-from vocal.floor.conch import Conch, ConchBusy, ConchLost
+from vocal.floor.conch import Conch
+from vocal.floor.conch_records import ConchBusy, ConchLost
 from vocal.floor.control import endpoints, find_endpoint, send_command
 from vocal.floor.turn import Turn
 

@@ -17,7 +17,7 @@ import pytest
 from corpus import ensure_corpus, load_turns, word_error_rate
 from runner import run_vocal, start_vocal
 
-from vocal.audio.devices import Player
+from vocal.audio.player import Player
 from vocal.audio.wav import read_wav
 
 #: Word error rate a transcript of these recordings must stay under: tiny.en gets them nearly

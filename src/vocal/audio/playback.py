@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from vocal.audio.devices import BlockHook, Player, WavSink
+from vocal.audio.devices import BlockHook
+from vocal.audio.file_devices import WavSink
+from vocal.audio.player import Player
 from vocal.audio.wav import Audio
 
 

@@ -133,7 +133,8 @@ def wait(
     takes the floor once it is granted. `vocal conch leave` gives the place up.
     """
     from vocal.config import load_settings
-    from vocal.floor.conch import Conch, ConchBusy, interrupt_on_signals
+    from vocal.floor.conch import Conch, interrupt_on_signals
+    from vocal.floor.conch_records import ConchBusy
 
     settings = load_settings(session=session, agent=agent)
     name = _session(settings.session, "wait")
@@ -174,7 +175,7 @@ def heartbeat(
     "granted" when the floor waits for it: call `vocal conch wait` to take it). Exit 3 if the
     session has no place (never joined, left, or dropped): call `vocal conch wait` again.
     """
-    from vocal.floor.conch import ConchBusy
+    from vocal.floor.conch_records import ConchBusy
 
     name = _session(session, "heartbeat")
     conch = _conch()

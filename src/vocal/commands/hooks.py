@@ -91,7 +91,7 @@ def reply(
 
     from vocal.agents.hooks import reply_from_event, speak_reply_detached
     from vocal.config import load_settings
-    from vocal.speaking.speech import decode_input
+    from vocal.speaking.speak import decode_input
 
     # A hook's event is a small JSON object (the reply itself is read from the transcript
     # file it names); anything past this is not one, and is never read into memory whole.

@@ -90,7 +90,8 @@ def listen(
     """
     # The microphone opens first: everything else (numpy, the VAD, Whisper) loads while it
     # records, since a turn is a process (vocal.audio.devices imports no numpy for this).
-    from vocal.audio.devices import Microphone, WavSource
+    from vocal.audio.devices import Microphone
+    from vocal.audio.file_devices import WavSource
     from vocal.config import load_settings
     from vocal.errors import UsageError
 
@@ -116,8 +117,9 @@ def listen(
     import threading
 
     from vocal.errors import Interrupted, NoSpeechError
-    from vocal.hearing.listening import ctrl_c_ends, listen_options, stt_loader
+    from vocal.hearing.listening import ctrl_c_ends, listen_options
     from vocal.hearing.listening import listen as listen_once
+    from vocal.hearing.stt_loading import stt_loader
 
     try:
         options = listen_options(settings, vad=vad, seconds=seconds)

@@ -25,7 +25,7 @@ def _store() -> tuple[Settings, VoiceStore]:
 
 
 def _weights_status(settings: Settings) -> str:
-    from vocal.tts.chatterbox import missing_weights
+    from vocal.tts.chatterbox_weights import missing_weights
 
     root, missing = missing_weights(settings)
     if not missing:
@@ -65,7 +65,7 @@ def add(
         f"({report.gain_db:+.1f} dB) in {voice.path}",
         err=True,
     )
-    from vocal.tts.chatterbox import missing_weights
+    from vocal.tts.chatterbox_weights import missing_weights
 
     if missing_weights(settings)[1]:
         typer.echo(f"note: cloning engine {_weights_status(settings)}", err=True)
@@ -168,7 +168,7 @@ def remove(name: str = typer.Argument(..., help="The voice to delete.")) -> None
 
     Its samples, description and persona go with it.
     """
-    from vocal.tts.chatterbox import conditioning_cache_dir
+    from vocal.tts.chatterbox_model import conditioning_cache_dir
 
     settings, store = _store()
     path = store.remove(name)

@@ -55,17 +55,19 @@ from typing import Any
 
 import numpy as np
 
+from vocal.duplex.aec_frames import (
+    CAPTURE_SAMPLE_RATE,
+    ENERGY_FLOOR,
+    Frame,
+    RenderActivity,
+    frame_frames,
+    mean_square_db,
+    repeat_factor,
+)
 from vocal.errors import EngineError
 
 #: AEC3 works on 10 ms frames, exactly.
 FRAME_MS = 10
-#: The capture rate vocal uses everywhere (VAD, Whisper) and the rate the reference is resampled
-#: to when the output rate has no whole 10 ms frame.
-CAPTURE_SAMPLE_RATE = 16_000
-
-_INT16_SCALE = 32768.0
-#: A played block whose peak is below this (-50 dBFS) is silence: the far end is quiet.
-RENDER_LOUD_PEAK = 10 ** (-50 / 20)
 #: After the far end has been quiet this long its echo has died away (output latency ~40 ms +
 #: room ~30-80 ms + reverberant tail; the barge-in detector's tail window, 300 ms, covered every
 #: residual seen), and `capture` hands back raw samples: see EchoCanceller's raw_when_quiet_s.
@@ -83,7 +85,7 @@ ECHO_WINDOW_S = (0.04, 0.4)
 #: A block quieter than this (energy summed over its frames; ~-90 dBFS over 32 ms) has nothing
 #: to attenuate.
 _SILENT_ENERGY = 1e-9 * 512
-#: The cleaned energy's floor, in frames of `_ENERGY_FLOOR`: a suppressor's exact zeros give
+#: The cleaned energy's floor, in frames of `ENERGY_FLOOR`: a suppressor's exact zeros give
 #: a finite attenuation (~100 dB).
 _SILENT_FLOOR_FRAMES = 512
 #: A callback later than its block's duration plus this is a glitch: the stream stalled, the
@@ -139,98 +141,6 @@ def _reset_shared_apm() -> None:
         _apm, _apm_options = None, None
 
 
-def _mean_square_db(mean_square: float) -> float:
-    """A mean square in dB, floored (exact zeros from a silent stream stay finite)."""
-    return 10 * math.log10(max(mean_square, _ENERGY_FLOOR * 1e-2))
-
-
-def _frame_frames(sample_rate: int) -> int | None:
-    """Samples in 10 ms at `sample_rate`, or None when that is not a whole number."""
-    return sample_rate // 100 if sample_rate % 100 == 0 else None
-
-
-#: Largest sample repetition used to reach a rate with whole 10 ms frames (11 025 Hz needs 4).
-_MAX_REPEAT = 8
-
-
-def _repeat_factor(sample_rate: int) -> int | None:
-    """The least k with a whole 10 ms frame at k * sample_rate (1 for 16 kHz, 2 for 22 050)."""
-    k = 100 // math.gcd(sample_rate, 100)
-    return k if k <= _MAX_REPEAT else None
-
-
-class _Frame:
-    """One preallocated 10 ms int16 frame in the form `process_*_stream` takes."""
-
-    def __init__(self, sample_rate: int) -> None:
-        from livekit.rtc.audio_frame import AudioFrame
-
-        self.frames = sample_rate // 100
-        self.buffer = bytearray(self.frames * 2)
-        self.int16 = np.frombuffer(self.buffer, np.int16)  # a writable view of `buffer`
-        self.scratch = np.zeros(self.frames, np.float32)
-        self.audio_frame = AudioFrame(self.buffer, sample_rate, 1, self.frames)
-
-    def load(self, samples: np.ndarray) -> None:
-        """float32 in [-1, 1] -> int16, clipped, without allocating."""
-        np.multiply(samples, _INT16_SCALE, out=self.scratch)
-        np.clip(self.scratch, -32768.0, 32767.0, out=self.scratch)
-        self.int16[:] = self.scratch
-
-    def unload(self, out: np.ndarray) -> None:
-        np.multiply(self.int16, 1.0 / _INT16_SCALE, out=out)
-
-
-class RenderActivity:
-    """When the far end (what the speaker plays) was loud, from the output callback's view.
-
-    Times are `time.monotonic()` when the block was handed to the device (it is heard one
-    output latency later). Barge-in inhibits on these: the canceller converges from the first
-    loud block (`first_loud_s`), and the room's tail rings on after the far end turns quiet
-    (`quiet_since_s`, None while it is loud). Written by one thread, read by another: each field
-    is one float store.
-    """
-
-    #: No output callback for this long means the stream stopped (killed mid-sentence): quiet.
-    STOPPED_AFTER_S = 0.1
-
-    def __init__(self) -> None:
-        self.first_loud_s: float | None = None
-        self.last_loud_s: float | None = None
-        self.quiet_since_s: float | None = None
-        self.last_block_s: float | None = None
-
-    def update(self, block: np.ndarray, now_s: float) -> None:
-        """Note one played block (in the output callback: max/min allocate nothing)."""
-        self.last_block_s = now_s
-        if block.shape[0] == 0:
-            return
-        if max(float(block.max()), -float(block.min())) >= RENDER_LOUD_PEAK:
-            if self.first_loud_s is None:
-                self.first_loud_s = now_s
-            self.last_loud_s = now_s
-            self.quiet_since_s = None
-        elif self.last_loud_s is not None and self.quiet_since_s is None:
-            self.quiet_since_s = now_s
-
-    @property
-    def playing(self) -> bool:
-        """The far end has been loud and is loud now."""
-        return self.last_loud_s is not None and self.quiet_since_s is None
-
-    def quiet_for_s(self, now_s: float) -> float:
-        """How long the far end has been quiet at `now_s`: inf if it never played, 0 while it
-        plays; a stream that stopped calling back (`Player.stop`) is quiet since its last loud
-        block."""
-        if self.last_loud_s is None:
-            return math.inf
-        if self.quiet_since_s is not None:
-            return max(0.0, now_s - self.quiet_since_s)
-        if self.last_block_s is not None and now_s - self.last_block_s > self.STOPPED_AFTER_S:
-            return max(0.0, now_s - self.last_loud_s)
-        return 0.0
-
-
 class EchoCanceller:
     """The callback-side wiring of the process's APM: `render` for what is played, `capture`
     for what is recorded.
@@ -272,7 +182,7 @@ class EchoCanceller:
         apm: Any = None,
         log_levels: bool = False,
     ) -> None:
-        if _frame_frames(capture_sample_rate) is None:
+        if frame_frames(capture_sample_rate) is None:
             raise ValueError(f"capture rate {capture_sample_rate} Hz has no whole 10 ms frame")
         self.apm = apm if apm is not None else shared_apm(options)
         self.render_sample_rate = render_sample_rate
@@ -294,22 +204,22 @@ class EchoCanceller:
         # Render: a rate with a whole 10 ms frame goes to AEC3 as it is; 22 050 and 11 025 Hz
         # with each sample repeated (see the module docstring); anything odder through soxr.
         self._resampler: Any = None
-        self._repeat = _repeat_factor(render_sample_rate) or 1
+        self._repeat = repeat_factor(render_sample_rate) or 1
         self._repeated = np.zeros(0, np.float32)
-        if _repeat_factor(render_sample_rate) is None:
+        if repeat_factor(render_sample_rate) is None:
             import soxr
 
             self._resampler = soxr.ResampleStream(
                 render_sample_rate, CAPTURE_SAMPLE_RATE, 1, dtype="float32", quality="QQ"
             )
-            self._render = _Frame(CAPTURE_SAMPLE_RATE)
+            self._render = Frame(CAPTURE_SAMPLE_RATE)
         else:
-            self._render = _Frame(render_sample_rate * self._repeat)
+            self._render = Frame(render_sample_rate * self._repeat)
         self._render_pending = np.zeros(self._render.frames, np.float32)
         self._render_fill = 0
         # Capture: raw samples wait in `_capture_pending` for a whole frame; cleaned ones wait in
         # the ring until the callback hands them back `capture_delay_frames` late.
-        self._capture = _Frame(capture_sample_rate)
+        self._capture = Frame(capture_sample_rate)
         self._capture_pending = np.zeros(self._capture.frames, np.float32)
         self._capture_fill = 0
         self._cleaned = np.zeros(self._capture.frames, np.float32)
@@ -428,7 +338,7 @@ class EchoCanceller:
         if block is None or block[1] <= _SILENT_ENERGY:
             return None
         _, raw, cleaned, _ = block
-        return 10 * math.log10(raw / max(cleaned, _ENERGY_FLOOR * _SILENT_FLOOR_FRAMES))
+        return 10 * math.log10(raw / max(cleaned, ENERGY_FLOOR * _SILENT_FLOOR_FRAMES))
 
     def echo_levels_db(self, captured_at_s: float) -> tuple[float, float | None] | None:
         """(raw level of the block a Microphone stamped `captured_at_s`, loudest played level
@@ -451,8 +361,8 @@ class EchoCanceller:
                 break
             if at_s <= hi and (loudest is None or level > loudest):
                 loudest = level
-        render_db = None if loudest is None else _mean_square_db(loudest)
-        return _mean_square_db(raw / frames if frames else 0.0), render_db
+        render_db = None if loudest is None else mean_square_db(loudest)
+        return mean_square_db(raw / frames if frames else 0.0), render_db
 
     def _captured_block(self, captured_at_s: float) -> tuple[float, float, float, int] | None:
         """The levels record (made at, raw energy, cleaned energy, frames) of the block a
@@ -529,99 +439,3 @@ class EchoCanceller:
     def _count_error(self, exc: Exception) -> None:
         self.errors += 1
         self.last_error = str(exc)
-
-
-# -- measuring -----------------------------------------------------------------------------------
-def _window_energy(x: np.ndarray, window: int) -> np.ndarray:
-    n = x.shape[0] // window
-    frames = np.asarray(x[: n * window], np.float64).reshape(n, window)
-    return np.sum(frames * frames, axis=1)
-
-
-#: Energies below this (per sample, ~-100 dBFS) count as silence, so a suppressor's exact zeros
-#: give a finite ERLE.
-_ENERGY_FLOOR = 1e-10
-
-
-def erle_trace_db(
-    captured: np.ndarray,
-    cleaned: np.ndarray,
-    *,
-    sample_rate: int = CAPTURE_SAMPLE_RATE,
-    window_ms: float = 100.0,
-    active_dbfs: float = -50.0,
-) -> tuple[np.ndarray, np.ndarray]:
-    """ERLE per window of echo-only audio: (window start times in s, ERLE in dB).
-
-    Windows where the captured echo is quieter than `active_dbfs` (RMS) are left out (NaN):
-    there is nothing to cancel there. `cleaned` must be aligned with `captured` (drop
-    `capture_delay_frames` from its start first).
-    """
-    window = max(1, round(window_ms * sample_rate / 1000))
-    n = min(captured.shape[0], cleaned.shape[0])
-    e_in = _window_energy(captured[:n], window)
-    e_out = _window_energy(cleaned[:n], window)
-    floor = _ENERGY_FLOOR * window
-    active = e_in / window > 10 ** (active_dbfs / 10)
-    erle = 10 * np.log10(np.maximum(e_in, floor) / np.maximum(e_out, floor))
-    erle[~active] = np.nan
-    return np.arange(erle.shape[0]) * window / sample_rate, erle
-
-
-def erle_db(
-    captured: np.ndarray,
-    cleaned: np.ndarray,
-    *,
-    sample_rate: int = CAPTURE_SAMPLE_RATE,
-    skip_s: float = 0.0,
-    window_ms: float = 100.0,
-    active_dbfs: float = -50.0,
-    statistic: str = "energy",
-) -> float:
-    """Echo return loss enhancement in dB over the active windows from `skip_s` on (after
-    convergence).
-
-    `statistic="energy"`: captured echo energy over what is left after cleaning, summed (strict:
-    one leaking window pulls it down, e.g. 60 -> 42 dB for one 20 dB window in ten seconds).
-    `statistic="median"`: the median of the windows' ERLE (the steady state, blind to a leak).
-    """
-    if statistic not in ("energy", "median"):
-        raise ValueError(f"statistic must be 'energy' or 'median', got {statistic!r}")
-    window = max(1, round(window_ms * sample_rate / 1000))
-    start = round(skip_s * sample_rate)
-    n = min(captured.shape[0], cleaned.shape[0])
-    e_in = _window_energy(captured[start:n], window)
-    e_out = _window_energy(cleaned[start:n], window)
-    active = e_in / window > 10 ** (active_dbfs / 10)
-    if not active.any():
-        raise ValueError("no echo to measure: the captured signal is silent")
-    if statistic == "median":
-        floor = _ENERGY_FLOOR * window
-        per_window = np.maximum(e_in[active], floor) / np.maximum(e_out[active], floor)
-        return float(np.median(10 * np.log10(per_window)))
-    floor = _ENERGY_FLOOR * window * int(active.sum())
-    return float(10 * np.log10(max(e_in[active].sum(), floor) / max(e_out[active].sum(), floor)))
-
-
-def convergence_time_s(
-    captured: np.ndarray,
-    cleaned: np.ndarray,
-    *,
-    threshold_db: float = 20.0,
-    sample_rate: int = CAPTURE_SAMPLE_RATE,
-    window_ms: float = 100.0,
-    active_dbfs: float = -50.0,
-) -> float:
-    """Seconds from the start of `captured` until every later active window's ERLE stays at or
-    above `threshold_db`: how long barge-in must be inhibited at the start of playback.
-    Returns inf if the last active window is still below it."""
-    times, erle = erle_trace_db(
-        captured, cleaned, sample_rate=sample_rate, window_ms=window_ms, active_dbfs=active_dbfs
-    )
-    below = np.flatnonzero(np.nan_to_num(erle, nan=np.inf) < threshold_db)
-    if below.size == 0:
-        return 0.0
-    last = int(below[-1])
-    if last == erle.shape[0] - 1 or np.all(np.isnan(erle[last + 1 :])):
-        return math.inf
-    return float(times[last] + window_ms / 1000)

@@ -46,7 +46,7 @@ SpeechProbability = Callable[["np.ndarray"], float]
 
 
 class FarEndActivity(Protocol):
-    """What the detector needs to know about playback (`vocal.duplex.aec.RenderActivity`)."""
+    """What the detector needs to know about playback (`vocal.duplex.aec_frames.RenderActivity`)."""
 
     first_loud_s: float | None
     quiet_since_s: float | None

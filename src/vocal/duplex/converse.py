@@ -35,10 +35,12 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from vocal.duplex.adapters import INPUT_TIMEOUT_S, SpeechOutput, TurnSource
+from vocal.duplex.options import ConverseOptions, ConverseResult
+from vocal.duplex.outcome import RunOutcome
 from vocal.errors import DeviceError, UsageError
 
 if TYPE_CHECKING:
@@ -46,8 +48,6 @@ if TYPE_CHECKING:
 
     from vocal.audio.devices import Block
     from vocal.config import Settings
-    from vocal.hearing.listening import ListenResult
-    from vocal.speaking.speech import SpeechResult
 
 #: Half-duplex: the microphone is heard from this long after the reply's last sample, so the
 #: room's reverberant tail is not recorded (the issue's ~200 ms; the room harness's tail is
@@ -56,8 +56,6 @@ REVERB_GAP_MS = 200
 #: An output that plays nothing for this long while not paused has failed (a vanished device
 #: stops calling back instead of raising).
 OUTPUT_STALL_S = 2.0
-#: The microphone must deliver a block within this, or it is gone (Microphone.blocks).
-INPUT_TIMEOUT_S = 2.0
 #: Cleaned blocks kept while the reply plays (32 ms each: 3 s), for a late barge-in's onset.
 KEEP_BLOCKS = 94
 #: Chunks at or above this speech probability just before a barge-in's deciding run belong
@@ -71,149 +69,6 @@ Report = Callable[[str], None]
 
 def _stderr(message: str) -> None:
     print(f"vocal: {message}", file=sys.stderr, flush=True)
-
-
-@dataclass(frozen=True)
-class ConverseOptions:
-    """What `vocal converse` was asked to do (None: from settings)."""
-
-    engine: str | None = None
-    voice: str | None = None
-    speed: float | None = None
-    barge_in: bool | None = None
-    aec: str | None = None  # auto, on, off
-    input_device: str | None = None
-    output_device: str | None = None
-    session: str | None = None
-    agent: str | None = None
-    use_conch: bool = True
-    silence_ms: int | None = None
-    no_speech_timeout_s: float | None = None
-    max_seconds: float | None = None
-
-
-@dataclass
-class ConverseResult:
-    """One turn: what the person said and what happened to the reply."""
-
-    text: str
-    speech_heard: bool
-    interrupted: bool
-    stopped: bool
-    skipped: bool
-    mode: str  # "barge-in" or "half-duplex"
-    aec: bool
-    aec_detection: str | None
-    #: Seconds from the first sample of the reply to the person starting to talk over it.
-    interrupted_at_s: float | None
-    #: The reply as far as it was played before the interruption (whole reply if none).
-    heard_reply: str
-    reply: str
-    timings: dict[str, float | None]
-    clock: dict[str, float | None]
-    counters: dict[str, int]
-    listen: ListenResult | None = None
-    speech: SpeechResult | None = None
-    sentences: list[dict] = field(default_factory=list)
-    #: The barge-in detector's (capture end time, probability, inhibited, attenuation in dB,
-    #: raw level above the predicted echo in dB: 99 while nothing plays) per chunk, with the
-    #: `barge_in_trace` setting (diagnostics); None otherwise.
-    trace: list[tuple[float, float, bool, float | None, float | None]] | None = None
-    #: The canceller's per-block levels (`EchoCanceller(log_levels=True)`), with the trace.
-    levels: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """What `vocal converse --json` prints."""
-        extra = {} if self.trace is None else {"barge_in_trace": self.trace}
-        if self.levels is not None:
-            extra["barge_in_levels"] = self.levels
-        return {
-            "text": self.text,
-            "speech_heard": self.speech_heard,
-            "interrupted": self.interrupted,
-            "interrupted_at_s": _round(self.interrupted_at_s),
-            "heard_reply": self.heard_reply,
-            "reply": self.reply,
-            "stopped": self.stopped,
-            "skipped": self.skipped,
-            "mode": self.mode,
-            "aec": self.aec,
-            "aec_detection": self.aec_detection,
-            "end_reason": self.listen.end_reason if self.listen else None,
-            # The end-of-turn stage's verdict on each pause of the answer (vocal.hearing.endofturn).
-            "turn": self.listen.turn if self.listen else None,
-            "timings": {k: _round(v) for k, v in self.timings.items()},
-            "clock": self.clock,
-            "counters": self.counters,
-            "sentences": self.sentences,
-            **extra,
-        }
-
-
-def _round(value: float | None) -> float | None:
-    return round(value, 4) if isinstance(value, float) else value
-
-
-# -- adapters ---------------------------------------------------------------------------------
-class _SpeechOutput:
-    """What `Turn` acts on from its control thread (stop/pause/resume/status), routed to the
-    `Speech` so its synthesis thread stops too, not only the Player."""
-
-    def __init__(self, speech: Any, player: Any, on_resume: Callable[[], None] | None = None):
-        self.speech, self.player = speech, player
-        self.sample_rate = player.sample_rate
-        self.on_resume = on_resume
-
-    def stop(self) -> None:
-        self.speech.stop()
-
-    def pause(self) -> None:
-        self.speech.pause()
-
-    def resume(self) -> None:
-        if self.on_resume is not None:
-            self.on_resume()
-        self.speech.resume()
-
-    @property
-    def paused(self) -> bool:
-        return self.speech.paused
-
-    @property
-    def played_frames(self) -> int:
-        return self.player.played_frames
-
-
-class _TurnSource:
-    """The block source `listen` reads after the reply: first the kept blocks (the barge-in's
-    pre-roll), then the still-open microphone; blocks captured before `heard_from_s` are
-    silenced (the reply's tail) or dropped (half-duplex)."""
-
-    def __init__(self, mic: Any, first: list[Block], *, heard_from_s: float | None,
-                 drop_before: bool) -> None:  # fmt: skip
-        self.mic = mic
-        self.sample_rate = mic.sample_rate
-        self.opened_at_s: float | None = time.monotonic()
-        self._first = first
-        self._heard_from_s = heard_from_s
-        self._drop_before = drop_before
-
-    @property
-    def overflows(self) -> int:
-        return self.mic.overflows
-
-    def blocks(self, timeout_s: float = INPUT_TIMEOUT_S) -> Iterator[Block]:
-        yield from self._first
-        for block in self.mic.blocks(timeout_s):
-            start_s = block.captured_at_s - block.samples.shape[0] / self.sample_rate
-            if self._heard_from_s is not None and start_s < self._heard_from_s:
-                if self._drop_before:
-                    continue
-                block.samples[:] = 0.0  # our own block (the callback copied it)
-            yield block
-
-    def close(self) -> None:
-        self.mic.close()
 
 
 # -- the turn ---------------------------------------------------------------------------------
@@ -259,7 +114,7 @@ def converse(
     return result
 
 
-class _Run:
+class _Run(RunOutcome):
     """The state of one converse turn (kept together so clean-up sees everything opened)."""
 
     def __init__(self, text: str, options: ConverseOptions, settings: Settings, report: Report,
@@ -330,7 +185,8 @@ class _Run:
         import numpy  # noqa: F401  (before any stream opens: python-sounddevice #487)
 
         from vocal.audio.vad import SileroVad
-        from vocal.hearing.listening import listen_options, stt_loader
+        from vocal.hearing.listening import listen_options
+        from vocal.hearing.stt_loading import stt_loader
 
         settings, options = self.settings, self.options
         if turn.stopped.is_set():  # `vocal control stop` while waiting for the floor
@@ -359,7 +215,7 @@ class _Run:
             self.turn_loader = TurnModelLoader()
         self.phase = "listening"
         turn.set_state("listening")
-        source = _TurnSource(self.mic, kept, heard_from_s=heard_from_s,
+        source = TurnSource(self.mic, kept, heard_from_s=heard_from_s,
                              drop_before=not self.barge_in)  # fmt: skip
         from vocal.hearing.listening import listen
 
@@ -398,7 +254,8 @@ class _Run:
         endpointer first (a barge-in's pre-roll) and the time from which capture counts."""
         from vocal.audio.vad import SileroVad
         from vocal.duplex.bargein import BargeInDetector, BargeInOptions
-        from vocal.speaking.speech import Speech, engine_loader, open_speech_output
+        from vocal.speaking.output import open_speech_output
+        from vocal.speaking.speech import Speech, engine_loader
 
         settings = self.settings
         if self.gain is None:  # muted or volume 0: nothing is said, the turn only listens
@@ -431,7 +288,7 @@ class _Run:
         speech.attach_output(player)
         # A resume restarts the far end after a silence and the canceller finds the echo path
         # again: barge-in waits (BargeInOptions.resume_inhibit_ms).
-        turn.attach_output(_SpeechOutput(speech, player, on_resume=self._hold_barge_in))
+        turn.attach_output(SpeechOutput(speech, player, on_resume=self._hold_barge_in))
         turn.set_state("playing")
         detector = None
         vad = None
@@ -537,148 +394,5 @@ class _Run:
                 kept.append(block)
         return kept
 
-    def _record_history(self, turn: Any) -> None:
-        import numpy as np
 
-        speech = self.speech
-        played = [s for s in speech.result.sentences if s.played and s.index in speech.audio]
-        if not played:
-            return
-        with (
-            contextlib.suppress(OSError),
-            turn.begin_utterance(
-                text=self.text, voice=self.voice, sample_rate=self.player.sample_rate
-            ) as recording,
-        ):
-            recording.append(np.concatenate([speech.audio[s.index] for s in played]))
-
-    # -- the result ------------------------------------------------------------------------------
-    def _heard_reply(self, cut_frame: int | None) -> tuple[str, list[dict]]:
-        """The reply up to reference frame `cut_frame` (None: all that played), by sentence;
-        a cut sentence is kept up to the share of its words that had played."""
-        speech = self.speech
-        if speech is None:
-            return "", []
-        rate = speech.result.sample_rate
-        parts, detail = [], []
-        for record in speech.result.sentences:
-            item = record.to_dict(rate)
-            detail.append(item)
-            if record.start_frame is None:
-                continue
-            if cut_frame is None or cut_frame >= record.start_frame + record.frames:
-                parts.append(record.text)
-                item["heard"] = 1.0
-                continue
-            if cut_frame <= record.start_frame:
-                item["heard"] = 0.0
-                continue
-            share = (cut_frame - record.start_frame) / max(1, record.frames)
-            words = record.text.split()
-            parts.append(" ".join(words[: int(len(words) * share)]))
-            item["heard"] = round(share, 3)
-        return " ".join(p for p in parts if p).strip(), detail
-
-    def _result(self, listened: ListenResult | None, *, stopped: bool) -> ConverseResult:
-        detector = self.detector
-        fired = detector.fired if detector is not None else None
-        speech_result = getattr(self, "speech_result", None)
-        first_audio = speech_result.first_audio_at_s if speech_result else None
-        cut_frame = None
-        interrupted_at = None
-        if fired is not None and self.player is not None:
-            # Where the person started, as a frame of what the speaker had played by then.
-            onset_s = getattr(self, "onset_s", fired.speech_start_s)
-            late_s = max(0.0, fired.at_s - onset_s)
-            cut_frame = max(0, round(self.player.played_frames - late_s * self.player.sample_rate))
-            if first_audio is not None:
-                interrupted_at = onset_s - first_audio
-        elif stopped or self.skip_requested.is_set():
-            cut_frame = self.player.played_frames if self.player is not None else 0
-        heard, sentences = self._heard_reply(cut_frame)
-        lt = listened.timings if listened else {}
-        clock = dict(self.clock)
-        if listened is not None:
-            clock.update({f"listen_{k}": v for k, v in listened.clock.items()})
-        clock["first_audio"] = first_audio
-        if fired is not None:
-            # The barge-in's steps as capture times (benchmarks/converse decomposes its latency):
-            # the first and the deciding chunk of the run that fired, their ends.
-            chunk_s = detector.options.chunk_s
-            clock["barge_in_first_speech"] = fired.speech_start_s + chunk_s
-            clock["barge_in_decided"] = fired.speech_start_s + len(fired.probabilities) * chunk_s
-            clock["barge_in_onset"] = getattr(self, "onset_s", None)
-        reply_ended = clock.get("reply_ended")
-        end = time.monotonic()
-
-        def span(a: float | None, b: float | None) -> float | None:
-            return None if a is None or b is None else b - a
-
-        timings: dict[str, float | None] = {
-            "floor_s": span(self.started_at_s, clock.get("floor")),
-            "first_audio_s": span(self.started_at_s, first_audio),
-            "reply_s": span(first_audio, reply_ended),
-            # The person's onset (as the VAD saw it) -> Player.stop called.
-            "barge_in_latency_s": span(getattr(self, "onset_s", None), fired.at_s)
-            if fired
-            else None,
-            # The deciding run alone (consecutive_chunks of speech).
-            "barge_in_run_s": span(fired.speech_start_s, fired.at_s) if fired else None,
-            "stt_load_s": self.loader.load_s if self.loader is not None else None,
-            # Positive: the engine was loaded that long before the reply ended (hidden).
-            "stt_ready_before_reply_end_s": span(
-                self.loader.ready_at_s if self.loader else None, reply_ended
-            ),
-            "listen_s": lt.get("listen_s"),
-            "endpoint_s": lt.get("endpoint_s"),
-            "stt_wait_s": lt.get("stt_wait_s"),
-            "transcribe_s": lt.get("transcribe_s"),
-            "end_to_text_s": lt.get("end_to_text_s"),
-            "total_s": end - self.started_at_s,
-        }
-        counters = {
-            "input_overflows": self.mic.overflows if self.mic is not None else (
-                listened.overflows if listened is not None else 0),
-            "output_underflows": self.underflows,
-            "aec_errors": self.canceller.errors if self.canceller is not None else 0,
-            "aec_glitches": self.canceller.glitches if self.canceller is not None else 0,
-            "inhibited_chunks": detector.inhibited_chunks if detector is not None else 0,
-            "chunks": detector.chunks if detector is not None else 0,
-            "glitch_inhibits": len(detector.glitch_at_s) if detector is not None else 0,
-            # Speech runs judged with the echo well cancelled (BargeInOptions.fast_chunks).
-            "fast_runs": detector.fast_runs if detector is not None else 0,
-            # Speech runs the double-talk test held back (BargeInOptions.double_talk_db).
-            "double_talk_vetoes": detector.double_talk_vetoes if detector is not None else 0,
-        }  # fmt: skip
-        text = listened.text if listened is not None else ""
-        result = ConverseResult(
-            text=text,
-            speech_heard=bool(listened and listened.speech_heard),
-            interrupted=fired is not None,
-            stopped=stopped,
-            skipped=self.skip_requested.is_set(),
-            mode="barge-in" if self.barge_in else "half-duplex",
-            aec=self.use_aec,
-            aec_detection=None,
-            interrupted_at_s=interrupted_at,
-            heard_reply=heard,
-            reply=self.text,
-            timings=timings,
-            clock=clock,
-            counters=counters,
-            listen=listened,
-            speech=speech_result,
-            sentences=sentences,
-        )
-        if self.settings.barge_in_trace and detector is not None:
-            result.trace = [(round(t, 4), round(p, 3), i, None if a is None else round(a, 1),
-                             None if x is None else round(min(x, 99.0), 1))
-                            for t, p, i, a, x in detector.trace]  # fmt: skip
-            if self.canceller is not None and self.canceller.capture_log is not None:
-                result.levels = {"capture": self.canceller.capture_log,
-                                 "render": self.canceller.render_log,
-                                 "render_rate": self.canceller.render_sample_rate}  # fmt: skip
-        return result
-
-
-__all__ = ["ConverseOptions", "ConverseResult", "REVERB_GAP_MS", "STOPPED_MARKER", "converse"]
+__all__ = ["REVERB_GAP_MS", "STOPPED_MARKER", "converse"]

@@ -73,7 +73,7 @@ def write_gates(home: Path, gates: Gates) -> Gates:
     A link at gates.json is replaced, not followed: the state directory holds no links of ours."""
     path = gates_path(home)
     data = {"muted": gates.muted, "volume_percent": gates.volume_percent}
-    from vocal.config import ensure_state_dir
+    from vocal.floor.statedir import ensure_state_dir
 
     ensure_state_dir(home)  # made 0700 and marked, or refused if another user could write it
     try:

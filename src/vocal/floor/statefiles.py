@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from vocal.config import ensure_private_dir
+from vocal.floor.statedir import ensure_private_dir
 
 #: Longest AF_UNIX path we bind directly (sun_path is 104 bytes on macOS, 108 on Linux).
 MAX_SOCKET_PATH_BYTES = 100

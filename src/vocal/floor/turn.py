@@ -30,20 +30,14 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from vocal.errors import Interrupted
-from vocal.floor.conch import (
-    Conch,
-    ConchCancelled,
-    ConchLost,
-    Held,
-    Holder,
-    HoldWatcher,
-    default_session,
-)
+from vocal.floor.conch import Conch
+from vocal.floor.conch_hold import HoldWatcher
+from vocal.floor.conch_records import ConchCancelled, ConchLost, Held, Holder, default_session
 from vocal.floor.control import ControlServer
 from vocal.floor.history import History, Recording, Utterance
 
 if TYPE_CHECKING:
-    from vocal.audio.devices import Player
+    from vocal.audio.player import Player
     from vocal.audio.wav import Audio
     from vocal.config import Settings
 

@@ -10,8 +10,8 @@ So after a short silence (`EndOfTurnOptions.check_ms`) the listening turn asks t
   16 kHz (left-padded with zeros) and returns P(complete). `SmartTurn` computes those features
   itself (numpy, no transformers) and runs the model on one onnxruntime thread.
 - **the text** of the early transcript that vocal makes in every pause anyway
-  (`vocal.hearing.listening.EarlyTranscriber`): a turn that ends in a word that cannot end an
-  English sentence ("... forced the", "I think we should") or in a comma or an ellipsis is not done.
+  (`vocal.hearing.early.EarlyTranscriber`): a turn that ends in a word that cannot end an English
+  sentence ("... forced the", "I think we should") or in a comma or an ellipsis is not done.
   `text_verdict` is that rule; it knows nothing but the last word and the punctuation.
 
 `decide` combines them (thresholds from `benchmarks/turns --tune` on the real-speech corpus):

@@ -30,8 +30,10 @@ from vocal.audio.devices import Block
 from vocal.audio.vad import Confidence, Endpointer, EndpointOptions, EndReason, VadState
 from vocal.audio.wav import STT_SAMPLE_RATE, Audio
 from vocal.errors import VocalError
+from vocal.hearing.early import EarlyTranscriber
 from vocal.hearing.endofturn import EndOfTurnOptions, PauseJudge, TurnModelLoader
-from vocal.stt import SttEngine, Transcript, load_stt
+from vocal.hearing.stt_loading import SttLoader
+from vocal.stt import SttEngine, Transcript
 
 #: How long the fixed-window mode records when no --seconds is given.
 DEFAULT_FIXED_SECONDS = 5.0
@@ -117,87 +119,6 @@ def listen_options(
         early_after_ms=settings.early_transcription_ms,
         end_of_turn=end_of_turn,
     )
-
-
-def stt_loader(settings: Any) -> SttLoader:
-    """Start loading the configured speech recognizer (`SttLoader`) with its settings."""
-    from vocal.stt import default_engine_name
-
-    name = settings.stt_engine if settings.stt_engine != "auto" else default_engine_name()
-    options: dict[str, Any] = {"language": settings.language}
-    if name == "faster-whisper":
-        options["beam_size"] = settings.stt_beam_size
-    return SttLoader(settings.stt_engine, settings.stt_model, warm_up=settings.stt_warm_up,
-                     **options)  # fmt: skip
-
-
-# -- the engine, loaded in the background --------------------------------------------------------
-class SttLoader:
-    """Imports and loads a speech-to-text engine in a daemon thread, started at construction.
-
-    `engine()` waits for it and returns it, or raises what loading raised (an `EngineError`
-    with its exit code 5). `load_s` is how long loading took; `ready_at_s` when it finished.
-    """
-
-    def __init__(
-        self, name: str = "auto", model: str = "tiny.en", *, warm_up: bool = True, **options: Any
-    ) -> None:
-        self.name, self.model, self.options = name, model, options
-        self.warm_up = warm_up
-        self.started_at_s = time.monotonic()
-        self.ready_at_s: float | None = None
-        #: When the engine's warm-up run ended (None: none, or not yet).
-        self.warmed_at_s: float | None = None
-        self._engine: SttEngine | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="vocal-stt-load", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._engine = load_stt(self.name, self.model, **self.options)
-        except BaseException as exc:  # re-raised in the caller's thread by engine()
-            self._error = exc
-        finally:
-            self.ready_at_s = time.monotonic()
-        # The engine is usable from here; its first call in a process is slower (CTranslate2's
-        # set-up), so it runs once now, while the reply plays or the person speaks. A real
-        # transcription asked for meanwhile queues behind it, no worse than paying the set-up.
-        warm_up = getattr(self._engine, "warm_up", None) if self.warm_up else None
-        if warm_up is not None:
-            with contextlib.suppress(Exception):  # a warm-up only: the real call will tell
-                warm_up()
-            self.warmed_at_s = time.monotonic()
-
-    @property
-    def load_s(self) -> float | None:
-        return None if self.ready_at_s is None else self.ready_at_s - self.started_at_s
-
-    def wait(self, timeout_s: float | None = None) -> bool:
-        """Wait for loading to end, successfully or not; True if it has.
-
-        A process must not exit while this thread is inside a native library (CTranslate2
-        aborts the process: "terminate called without an active exception"), so commands wait
-        here before exiting, even when the engine is no longer needed.
-        """
-        self._thread.join(timeout_s)
-        return not self._thread.is_alive()
-
-    def ready_engine(self) -> SttEngine | None:
-        """The engine if it has loaded, else None (never waits)."""
-        return self._engine if self.ready_at_s is not None else None
-
-    def raise_if_failed(self) -> None:
-        """Raise at once what loading raised, if it has already failed."""
-        if self._error is not None:
-            raise self._error
-
-    def engine(self) -> SttEngine:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._engine is not None
-        return self._engine
 
 
 # -- the result ----------------------------------------------------------------------------------
@@ -364,88 +285,6 @@ def record(
     return endpointer, marks
 
 
-class EarlyTranscriber:
-    """Transcribes the utterance during the silence window, before the turn is known to be over.
-
-    The utterance's words are fixed as soon as a pause begins (what follows until the
-    post-roll is silence). Whisper starts `ListenOptions.early_after_ms` (32 ms) into the
-    pause, in this thread: the end-of-turn stage waits for this text to confirm or veto the
-    end (vocal.hearing.endofturn), and otherwise it is ready before the silence window (700 ms)
-    ends. If the speaker
-    resumes, the result is for an older utterance and is not used; only the latest request is
-    kept while one runs (a stale one is never queued behind it).
-    """
-
-    def __init__(self, engine: SttEngine) -> None:
-        self.engine = engine
-        self._lock = threading.Condition()
-        self._pending: tuple[tuple[int, int], Audio] | None = None
-        self._done: dict[tuple[int, int], Transcript | BaseException] = {}
-        self._current: tuple[int, int] | None = None
-        self._submitted: set[tuple[int, int]] = set()
-        self._closed = False
-        self._thread = threading.Thread(target=self._run, name="vocal-stt-early", daemon=True)
-        self._thread.start()
-
-    def submit(self, key: tuple[int, int], audio: Audio) -> None:
-        """Transcribe `audio`, the utterance spanning frames `key` (start, end of speech)."""
-        with self._lock:
-            self._pending = (key, audio)
-            self._submitted.add(key)
-            self._lock.notify_all()
-
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                while self._pending is None and not self._closed:
-                    self._lock.wait()
-                if self._pending is None:
-                    return
-                (key, audio), self._pending = self._pending, None
-                self._current = key
-            try:
-                outcome: Transcript | BaseException = self.engine.transcribe(audio)
-            except BaseException as exc:  # handed to the caller by result()
-                outcome = exc
-            with self._lock:
-                self._done = {key: outcome}
-                self._current = None
-                self._lock.notify_all()
-
-    def result(self, key: tuple[int, int]) -> Transcript | None:
-        """The transcript of utterance `key` (waiting for it if it is being made), or None
-        when no request for exactly that utterance was made."""
-        with self._lock:
-            while key not in self._done and (
-                self._current == key or (self._pending is not None and self._pending[0] == key)
-            ):
-                self._lock.wait()
-            outcome = self._done.get(key)
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
-
-    def text(self, key: tuple[int, int], wait: bool) -> tuple[bool, str | None]:
-        """For the end-of-turn stage (`vocal.hearing.endofturn.TextSource`): (requested, text)."""
-        with self._lock:
-            requested = key in self._submitted
-            if not wait and key not in self._done:
-                return requested, None
-        try:
-            transcript = self.result(key) if requested else None
-        except Exception:  # the final transcription will raise it; the judge goes on
-            return requested, None
-        return requested, transcript.text if transcript is not None else None
-
-    def close(self) -> None:
-        """Stop the worker once it is idle (it never interrupts a transcription)."""
-        with self._lock:
-            self._closed = True
-            self._pending = None
-            self._lock.notify_all()
-        self._thread.join()
-
-
 # -- one turn ------------------------------------------------------------------------------------
 def listen(
     source: BlockSource,
@@ -609,11 +448,9 @@ __all__ = [
     "BlockSource",
     "ListenOptions",
     "ListenResult",
-    "SttLoader",
     "ctrl_c_ends",
     "listen",
     "listen_options",
-    "stt_loader",
     "process_started_at",
     "record",
 ]

@@ -354,7 +354,7 @@ def check_state_dir(home: Path) -> Check:
     Owned by another user or writable by others is a failure (commands that write state refuse
     it); readable by others is a warning (history and logs hold what was said).
     """
-    from vocal.config import create_state_dir, state_dir_fix, state_dir_problem
+    from vocal.floor.statedir import create_state_dir, state_dir_fix, state_dir_problem
 
     try:
         create_state_dir(home)

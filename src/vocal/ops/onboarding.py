@@ -26,7 +26,7 @@ from vocal.errors import NoSpeechError, UsageError
 
 if TYPE_CHECKING:
     from vocal.config import Settings
-    from vocal.duplex.converse import ConverseResult
+    from vocal.duplex.options import ConverseResult
 
 PROOF_TEXT = "Hello, this is vocal. Say something, and I will write down what I hear."
 #: Engines whose weights `vocal setup --engine` fetches.
@@ -89,7 +89,7 @@ def fetch(choices: SetupChoices, settings: Settings) -> list[str]:
         fetched.append(f"stt:{choices.stt_model}")
     if "chatterbox" in choices.fetch_engines:
         from vocal.providers import forget_rung
-        from vocal.tts.chatterbox import download_weights
+        from vocal.tts.chatterbox_weights import download_weights
 
         status(f"fetching the Chatterbox weights ({resume})")
         weights = download_weights(settings)
@@ -101,7 +101,8 @@ def fetch(choices: SetupChoices, settings: Settings) -> list[str]:
 
 def prove(choices: SetupChoices, settings: Settings) -> ConverseResult:
     """One spoken turn with the choices; NoSpeechError (exit 4) unless words were heard."""
-    from vocal.duplex.converse import ConverseOptions, converse
+    from vocal.duplex.converse import converse
+    from vocal.duplex.options import ConverseOptions
 
     status(f'proof: saying "{PROOF_TEXT}" and listening for your answer')
     # Half-duplex: the answer comes after the sentence, so echo cancellation is not on trial.
@@ -181,7 +182,7 @@ def run_setup(choices: SetupChoices, *, proof: bool = True) -> SetupResult:
     result.heard = turn.text.strip()
     result.proof = {"timings": turn.to_dict()["timings"], "mode": turn.mode}
     if values:
-        from vocal.config import ensure_state_dir
+        from vocal.floor.statedir import ensure_state_dir
 
         ensure_state_dir(settings.home)  # 0700 and vocal's, or refused (issue 17)
         write_config(settings.config_path, values)

@@ -2,8 +2,8 @@
 
 vocal deletes only what it created (issue 17). The state directory must be vocal's: marked
 (`.vocal-state`, written when vocal creates it), or adopted, which an unmarked directory is only
-when it holds nothing but vocal's own layout (`vocal.config.STATE_ENTRY_NAMES`). Anything else
-(a `VOCAL_HOME` pointed at a folder of the user's, `/`, the home directory) is refused before
+when it holds nothing but vocal's own layout (`vocal.floor.statedir.STATE_ENTRY_NAMES`). Anything
+else (a `VOCAL_HOME` pointed at a folder of the user's, `/`, the home directory) is refused before
 anything is stopped or listed. Inside a marked directory only vocal's entries are removed; a
 file of the user's that sits there is left, and said so.
 
@@ -37,14 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vocal.config import (
+from vocal.errors import UsageError
+from vocal.floor.statedir import (
     STATE_MARKER_NAME,
     foreign_entries,
     has_state_marker,
     is_state_entry,
     write_state_marker,
 )
-from vocal.errors import UsageError
 from vocal.floor.statefiles import HOST, pid_alive, process_start, read_json
 
 if TYPE_CHECKING:

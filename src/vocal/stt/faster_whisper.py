@@ -158,7 +158,7 @@ class FasterWhisperEngine:
         CTranslate2's first-call set-up (buffers, kernels): measured here, the first
         transcription of a 3 s phrase took 0.48 s median cold and 0.34 s after this warm-up
         (5 interleaved processes each, load ~3), and the warm-up itself 0.32-0.46 s. Callers
-        run it in the background (vocal.hearing.listening.SttLoader), while the reply plays."""
+        run it in the background (vocal.hearing.stt_loading.SttLoader), while the reply plays."""
         import numpy as np
 
         noise = np.random.default_rng(0).standard_normal(16_000).astype(np.float32) * 1e-3

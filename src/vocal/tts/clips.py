@@ -21,7 +21,7 @@ from vocal.errors import AudioFormatError, UsageError
 if TYPE_CHECKING:
     pass
 
-#: The cloning engine's sample rate (vocal.tts.chatterbox.SAMPLE_RATE is this one): stored
+#: The cloning engine's sample rate (vocal.tts.chatterbox_model.SAMPLE_RATE is this one): stored
 #: clips are converted to it.
 CLONE_SAMPLE_RATE = 24_000
 

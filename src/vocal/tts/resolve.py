@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 # -- which engine speaks a --voice ------------------------------------------------------------
 def check_cloning_available(settings: Settings, voice: str | None = None) -> None:
     """Raise `EngineError` (exit 5) naming every missing Chatterbox file and how to get them."""
-    from vocal.tts.chatterbox import find_weights
+    from vocal.tts.chatterbox_weights import find_weights
 
     find_weights(settings, voice=voice)
 
