@@ -1,5 +1,5 @@
-"""Echo cancellation (vocal.aec): 10 ms framing of any block size, output rates, the real AEC3
-offline on a simulated echo path, ERLE helpers, and ERLE on the room harness with real
+"""Echo cancellation (vocal.duplex.aec): 10 ms framing of any block size, output rates, the real
+AEC3 offline on a simulated echo path, ERLE helpers, and ERLE on the room harness with real
 streams."""
 
 from __future__ import annotations
@@ -11,17 +11,11 @@ import pytest
 
 from harness.room import RoomConfig, impulse_response, play_turn, running_room, without_room_stall
 from harness.sounds import espeak
-from vocal import aec as aec_module
-from vocal.aec import (
-    AecOptions,
-    EchoCanceller,
-    RenderActivity,
-    convergence_time_s,
-    erle_db,
-    erle_trace_db,
-    shared_apm,
-)
-from vocal.audio import resample
+from vocal.audio.wav import resample
+from vocal.duplex import aec as aec_module
+from vocal.duplex.aec import AecOptions, EchoCanceller, shared_apm
+from vocal.duplex.aec_frames import RenderActivity
+from vocal.duplex.erle import convergence_time_s, erle_db, erle_trace_db
 
 SAMPLE_RATE = 16_000
 

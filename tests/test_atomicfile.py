@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from vocal.atomicfile import write_atomic
-from vocal.audio import Audio, read_wav, write_wav
+from vocal.audio.wav import Audio, read_wav, write_wav
 from vocal.config import read_config_file
 from vocal.errors import UsageError
-from vocal.onboarding import write_config
+from vocal.ops.onboarding import write_config
 
 
 def linked(tmp_path: Path, name: str, text: bytes) -> tuple[Path, Path]:

@@ -11,7 +11,7 @@ import pytest
 
 from harness.runner import run_vocal
 from harness.sounds import tone
-from vocal.audio import Audio, parse_wav, read_wav, resample, wav_bytes, write_wav
+from vocal.audio.wav import Audio, parse_wav, read_wav, resample, wav_bytes, write_wav
 from vocal.errors import AudioFormatError, UsageError
 
 

@@ -1,4 +1,4 @@
-"""Barge-in (vocal.bargein): the detector's state machine driven by a deterministic speech
+"""Barge-in (vocal.duplex.bargein): the detector's state machine driven by a deterministic speech
 probability, then Silero VAD on the room harness: echo alone never barges in, a person talking
 over the reply stops it and their first word survives."""
 
@@ -10,9 +10,9 @@ import pytest
 from harness.room import play_turn, running_room, without_room_stall
 from harness.sounds import espeak
 from harness.words import word_error_rate
-from vocal.aec import RenderActivity
-from vocal.audio import Audio, write_wav
-from vocal.bargein import BargeInDetector, BargeInOptions
+from vocal.audio.wav import Audio, write_wav
+from vocal.duplex.aec_frames import RenderActivity
+from vocal.duplex.bargein import BargeInDetector, BargeInOptions
 
 SAMPLE_RATE = 16_000
 
@@ -315,7 +315,7 @@ def undisturbed(turn) -> bool:
 
 @pytest.fixture(scope="module")
 def vad():
-    from vocal.vad import SileroVad
+    from vocal.audio.vad import SileroVad
 
     return SileroVad()
 

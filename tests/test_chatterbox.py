@@ -18,24 +18,27 @@ import pytest
 from harness.chatterbox_bundle import SAMPLES_PER_TOKEN, build_bundle
 from harness.runner import run_vocal
 from harness.sounds import espeak, with_silence
-from vocal.audio import Audio, read_wav
+from vocal.audio.wav import Audio, read_wav
 from vocal.config import load_settings
 from vocal.errors import EXIT_UNAVAILABLE, EngineError
 from vocal.providers import CPU, ProviderFailure, ProviderLadder, default_ladder, parse_ladder
 from vocal.tts import load_tts
-from vocal.tts.chatterbox import (
+from vocal.tts.chatterbox import ChatterboxEngine
+from vocal.tts.chatterbox_model import (
     MAX_NEW_TOKENS,
     SAMPLE_RATE,
-    ChatterboxEngine,
     check_speech,
+    max_new_tokens,
+    normalize_text,
+)
+from vocal.tts.chatterbox_weights import (
     download_weights,
     find_weights,
-    max_new_tokens,
     missing_weights,
-    normalize_text,
     weights_dir,
 )
-from vocal.voices import VoiceStore, resolve_voice
+from vocal.tts.resolve import resolve_stored_voice
+from vocal.tts.voices import VoiceStore
 
 AZURE = "AzureExecutionProvider"  # in every onnxruntime CPU wheel; runs nothing itself
 SENTENCE_A = (
@@ -73,7 +76,7 @@ def bundle(bundles: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def voices(vocal_home: Path, tmp_path: Path) -> VoiceStore:
     """Two stored voices from different reference clips: alice (en-us) and bob (en-gb)."""
-    from vocal.audio import write_wav
+    from vocal.audio.wav import write_wav
 
     store = VoiceStore.from_settings(load_settings())
     for name, text, voice in (("alice", SENTENCE_A, "en-us"), ("bob", SENTENCE_B, "en-gb")):
@@ -83,7 +86,7 @@ def voices(vocal_home: Path, tmp_path: Path) -> VoiceStore:
 
 
 def engine_for(voice: str, **options: object) -> ChatterboxEngine:
-    name, reference = resolve_voice(voice, load_settings())
+    name, reference = resolve_stored_voice(voice, load_settings())
     options.setdefault("report", lambda _message: None)
     return load_tts(name, voice=reference, settings=load_settings(), **options)
 
@@ -185,7 +188,7 @@ def test_the_reference_is_encoded_once_and_cached_on_disk(
     assert second._sessions.encoder is None  # the speech encoder was never even opened
 
     # A new take of the voice is a new cache entry, encoded afresh.
-    from vocal.audio import write_wav
+    from vocal.audio.wav import write_wav
 
     retake = write_wav(tmp_path / "retake.wav", clip(SENTENCE_B, "en-us"))
     voices.add("alice", retake, force=True)
@@ -466,7 +469,7 @@ def test_an_interrupted_download_is_reported_file_by_file(
         match=r"2 file\(s\) are missing .*: onnx/embed_tokens.onnx_data, "
         r"tokenizer.json",
     ):
-        resolve_voice("alice", load_settings())
+        resolve_stored_voice("alice", load_settings())
 
 
 def test_a_local_directory_missing_a_graph(

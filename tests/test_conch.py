@@ -19,15 +19,18 @@ from pathlib import Path
 import pytest
 
 from harness.runner import run_vocal
-from vocal.conch import Conch, ConchBusy, ConchCancelled, Held, HoldWatcher
 from vocal.config import load_settings
 from vocal.errors import EXIT_CONCH_TIMEOUT
+from vocal.floor.conch import Conch
+from vocal.floor.conch_hold import HoldWatcher
+from vocal.floor.conch_records import ConchBusy, ConchCancelled, Held
 
 #: A process that takes the floor for argv[1], keeps it renewed as a turn does, prints "held",
 #: and holds it until killed; "lost" if it sees the floor taken.
 HOLDER = """
 import sys, threading, time
-from vocal.conch import Conch, HoldWatcher
+from vocal.floor.conch import Conch
+from vocal.floor.conch_hold import HoldWatcher
 from vocal.config import load_settings
 conch = Conch.from_settings(load_settings())
 held = conch.acquire(session=sys.argv[1])
@@ -286,7 +289,7 @@ def test_frozen_holder_loses_the_floor_at_the_expiry_and_learns_it() -> None:
 
 
 def test_zombie_and_recycled_pid_holders_are_dead(tmp_path: Path) -> None:
-    from vocal.statefiles import pid_alive, process_start
+    from vocal.floor.statefiles import pid_alive, process_start
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     start = process_start(child.pid)
@@ -456,7 +459,8 @@ def test_cli_bump_give_leave_and_status_when_free() -> None:
 #: seconds (its watcher running, as in a turn), prints "done", then lingers until killed.
 SPEAKER = """
 import sys, time
-from vocal.conch import Conch, HoldWatcher
+from vocal.floor.conch import Conch
+from vocal.floor.conch_hold import HoldWatcher
 from vocal.config import load_settings
 conch = Conch.from_settings(load_settings())
 held = conch.acquire(session=sys.argv[1], timeout_s=30)
@@ -497,7 +501,7 @@ def test_wrong_typed_holder_is_quarantined_and_frees_the_floor(vocal_home: Path)
     # wait and the other commands work again at once
     assert cli_ok("conch", "wait", "--session", "b", "--timeout", "5").returncode == 0
     assert cli_ok("conch", "release", "--session", "b").returncode == 0
-    from vocal.statefiles import quarantined
+    from vocal.floor.statefiles import quarantined
 
     assert [p.name for p in quarantined(vocal_home)] == quarantined_names(c.directory)
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from vocal.config import Settings, ensure_private_dir, load_settings
+from vocal.config import Settings, load_settings
 from vocal.errors import UsageError
+from vocal.floor.statedir import ensure_private_dir
 
 
 def test_defaults_and_home_from_environment(vocal_home: Path) -> None:

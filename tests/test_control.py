@@ -25,7 +25,7 @@ import pytest
 from harness.conch_audio import MonitorRecorder, timeline, tone_wav, wait_until
 from harness.runner import run_vocal, start_vocal
 from vocal.config import load_settings
-from vocal.control import (
+from vocal.floor.control import (
     ControlError,
     ControlServer,
     endpoints,

@@ -20,10 +20,10 @@ import pytest
 from harness.room import running_room, without_room_stall
 from harness.runner import start_vocal
 from harness.sounds import espeak
-from vocal.audio import write_wav
-from vocal.conch import Conch
+from vocal.audio.wav import write_wav
 from vocal.config import load_settings
-from vocal.control import find_endpoint, send_command
+from vocal.floor.conch import Conch
+from vocal.floor.control import find_endpoint, send_command
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 

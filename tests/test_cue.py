@@ -17,8 +17,8 @@ import soundfile
 
 from harness.runner import run_vocal
 from harness.sounds import tone
-from vocal.cues import BUILTIN_FONT as BUILTIN
-from vocal.cues import (
+from vocal.agents.cues import BUILTIN_FONT as BUILTIN
+from vocal.agents.cues import (
     cue_settings,
     find_cue,
     hook_snippet,
@@ -126,8 +126,8 @@ def test_bad_names_and_undecodable_files_are_usage_errors(font: Path) -> None:
 
 
 def test_skipped_while_another_session_holds_the_conch(font: Path) -> None:
-    from vocal.conch import Conch
     from vocal.config import load_settings
+    from vocal.floor.conch import Conch
 
     conch = Conch.from_settings(load_settings())
     held = conch.acquire(session="other-agent", agent="claude")
@@ -181,7 +181,7 @@ def test_install_snippet_is_claude_code_hooks_json() -> None:
 @pytest.mark.usefixtures("pulse")
 @pytest.mark.parametrize("player", ["paplay", "portaudio"])
 def test_a_cue_reaches_the_null_sink_through_the_lean_entry_point(font: Path, player: str) -> None:
-    from vocal.devices import Microphone
+    from vocal.audio.devices import Microphone
 
     signal = tone(700, 0.25, amplitude=0.4)
     soundfile.write(str(font / "Stop" / "default.wav"), signal, RATE, subtype="PCM_16")
@@ -206,14 +206,15 @@ def test_a_cue_reaches_the_null_sink_through_the_lean_entry_point(font: Path, pl
 def test_the_lean_path_reads_settings_and_files_as_their_owners_do(
     vocal_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # vocal.cues resolves its few settings and stats these files without importing vocal.config,
-    # vocal.gates and vocal.conch; they must still agree with those modules.
+    # vocal.agents.cues resolves its few settings and stats these files without importing
+    # vocal.config, vocal.floor.gates and vocal.floor.conch; they must still agree with those
+    # modules.
     import dataclasses
 
-    from vocal.conch import Conch
+    from vocal.agents.cues import CONCH_HOLDER_FILE, CONFIG_FILE, CUE_ENV, GATES_FILE
     from vocal.config import CONFIG_FILE_NAME, Settings, env_name, load_settings
-    from vocal.cues import CONCH_HOLDER_FILE, CONFIG_FILE, CUE_ENV, GATES_FILE
-    from vocal.gates import GATES_FILE_NAME
+    from vocal.floor.conch import Conch
+    from vocal.floor.gates import GATES_FILE_NAME
 
     assert GATES_FILE == GATES_FILE_NAME and CONFIG_FILE == CONFIG_FILE_NAME
     assert Conch(Path("/x"))._holder_path.name == CONCH_HOLDER_FILE

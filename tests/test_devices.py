@@ -14,7 +14,8 @@ import pytest
 
 from harness.loopback import align, captured, matched_fraction
 from harness.runner import run_vocal
-from vocal.devices import Microphone, Player, ReferenceBuffer
+from vocal.audio.devices import Microphone
+from vocal.audio.player import Player, ReferenceBuffer
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 
@@ -154,7 +155,7 @@ def test_devices_lists_the_null_sink_and_marks_defaults() -> None:
 
 
 def test_play_command_plays_a_wav_into_the_sink(tmp_path: Path) -> None:
-    from vocal.audio import Audio, write_wav
+    from vocal.audio.wav import Audio, write_wav
 
     signal = noise(0.6, seed=4)
     path = write_wav(tmp_path / "n.wav", Audio(signal, SAMPLE_RATE))
@@ -180,7 +181,7 @@ def test_missing_portaudio_is_exit_5_with_the_fix(tmp_path: Path) -> None:
 
 
 def test_no_sound_server_is_exit_5_not_a_traceback(tmp_path: Path) -> None:
-    from vocal.audio import Audio, write_wav
+    from vocal.audio.wav import Audio, write_wav
 
     path = write_wav(tmp_path / "n.wav", Audio(noise(0.1), SAMPLE_RATE))
     env = {"PULSE_SERVER": f"unix:{tmp_path}/no-such-socket"}

@@ -93,7 +93,7 @@ def test_a_muted_microphone_is_digital_silence_not_quiet(pulse: PulseSinks) -> N
 
 
 def test_a_microphone_that_hears_a_tone_is_ok() -> None:
-    from vocal.devices import Player
+    from vocal.audio.player import Player
 
     with Player(16_000) as player:  # into the speaker sink, whose monitor doctor records
         player.play(tone(440, 6.0, amplitude=0.3))

@@ -1,5 +1,5 @@
-"""The end-of-turn stage (vocal.endofturn): the text rule, the combination, the features, the
-real Smart Turn model, and the judge driving a real `Endpointer`.
+"""The end-of-turn stage (vocal.hearing.endofturn): the text rule, the combination, the features,
+the real Smart Turn model, and the judge driving a real `Endpointer`.
 
 The judge's logic is driven with a deterministic VAD confidence (one number per chunk) and
 given signals (a P(complete), a transcript), so every path is checked exactly; the model
@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vocal.endofturn import (
+from vocal.audio.vad import CHUNK_FRAMES, Endpointer, EndpointOptions, EndReason
+from vocal.hearing.endofturn import (
     EndOfTurnOptions,
     PauseJudge,
     SmartTurn,
@@ -22,7 +23,6 @@ from vocal.endofturn import (
     log_mel_features,
     text_verdict,
 )
-from vocal.vad import CHUNK_FRAMES, Endpointer, EndpointOptions, EndReason
 
 RATE = 16_000
 CHUNK_MS = CHUNK_FRAMES * 1000 / RATE

@@ -188,8 +188,8 @@ def test_nothing_happens_when_disabled_or_outside_tmux(tmux: Tmux, vocal_home) -
         [sys.executable, "-X", "importtime", "-m", "vocal", "conch", "wait", "--session", "z"],
         capture_output=True, text=True, env={**os.environ, **tmux.env(a_pane, focus=False)},
     )  # fmt: skip
-    assert traced.returncode == 0 and "| vocal.conch" in traced.stderr
-    assert "vocal.focus" not in traced.stderr
+    assert traced.returncode == 0 and "| vocal.floor.conch" in traced.stderr
+    assert "vocal.floor.focus" not in traced.stderr
 
 
 @pytest.mark.audio

@@ -13,8 +13,8 @@ import pytest
 
 from harness.runner import run_vocal
 from vocal.config import load_settings
-from vocal.gates import Gates, gates_path, read_gates, set_muted, set_volume
-from vocal.speech import SpeakOptions, speak
+from vocal.floor.gates import Gates, gates_path, read_gates, set_muted, set_volume
+from vocal.speaking.speak import SpeakOptions, speak
 
 
 def imported_by(args: list[str]) -> tuple[int, set[str], str]:

@@ -6,8 +6,7 @@ import subprocess
 
 import pytest
 
-from vocal.errors import UsageError
-from vocal.headphones import (
+from vocal.audio.headphones import (
     OutputDetection,
     OutputKind,
     aec_wanted,
@@ -16,6 +15,7 @@ from vocal.headphones import (
     detect_pulseaudio,
     parse_sinks_text,
 )
+from vocal.errors import UsageError
 
 # `LC_ALL=C pactl list sinks` for a laptop's analog card, in the layout pactl 16 prints
 # (src/utils/pactl.c: "\t\t%s: %s (type: %s, priority: %u, availability group: %s, %s)").

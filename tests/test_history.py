@@ -19,10 +19,10 @@ import pytest
 from harness.conch_audio import MonitorRecorder, timeline, tone_wav, wait_until
 from harness.imports import HEAVY_FOR_REPLAY, imported_by
 from harness.runner import run_vocal, start_vocal
-from vocal.audio import Audio, read_wav
+from vocal.audio.wav import Audio, read_wav
 from vocal.config import load_settings
-from vocal.control import endpoints, find_endpoint, send_command
-from vocal.history import History
+from vocal.floor.control import endpoints, find_endpoint, send_command
+from vocal.floor.history import History
 
 
 def tone(frequency: float, seconds: float = 0.3, rate: int = 16_000) -> Audio:
@@ -75,9 +75,9 @@ def test_size_comes_from_settings_with_a_minimum_of_one(monkeypatch: pytest.Monk
 
 
 def test_each_utterance_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
-    import vocal.history
+    import vocal.floor.history
 
-    monkeypatch.setattr(vocal.history, "MAX_UTTERANCE_S", 0.25)
+    monkeypatch.setattr(vocal.floor.history, "MAX_UTTERANCE_S", 0.25)
     utterance = fresh().record(tone(440, 2.0), text="long")
     assert utterance.frames == 4000
     assert (fresh().entries()[0].pcm_path.stat().st_size) == 8000
@@ -160,7 +160,7 @@ def test_replay_errors() -> None:
 def test_replay_never_loads_speech_engines(tmp_path: Path) -> None:
     fresh().record(tone(300), text="x")
     loaded = imported_by("replay", "--output", str(tmp_path / "x.wav"))
-    assert "vocal.history" in loaded and not loaded & HEAVY_FOR_REPLAY
+    assert "vocal.floor.history" in loaded and not loaded & HEAVY_FOR_REPLAY
 
 
 # -- across real processes ----------------------------------------------------------------------
@@ -240,9 +240,9 @@ def test_skip_back_walks_the_history_across_process_restarts(
 WRITER = """
 import sys
 import numpy as np
-from vocal.audio import Audio
+from vocal.audio.wav import Audio
 from vocal.config import load_settings
-from vocal.history import History
+from vocal.floor.history import History
 history = History(load_settings().history_dir, int(sys.argv[1]))
 for i in range(int(sys.argv[2])):
     with history.begin(text=f"w{i}", voice=None, sample_rate=16000) as recording:

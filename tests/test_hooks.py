@@ -14,8 +14,8 @@ import pytest
 from harness.conch_audio import MonitorRecorder, wait_until
 from harness.heard import MIN_SCORE, heard_intervals, rendered
 from harness.runner import run_vocal
+from vocal.agents.hooks import _without_ours
 from vocal.config import load_settings
-from vocal.hooks import _without_ours
 
 #: Someone's settings, laid out as Claude Code and most editors write JSON (2 spaces), with
 #: hooks of their own on the events vocal uses and on others, and unicode.

@@ -55,10 +55,10 @@ def test_early_initialization_is_silent_and_shared_with_sounddevice() -> None:
     # JACK (no server here) and ALSA (no card 0) complain on every probe; without the handlers
     # those lines reach stderr, since this Pa_Initialize does not hide fd 2 as sounddevice does.
     code = (
-        "from vocal import portaudio\n"
+        "from vocal.audio import portaudio\n"
         "portaudio.start(); portaudio.wait()\n"
         "assert portaudio._library is not None, 'Pa_Initialize failed'\n"
-        "from vocal.devices import list_devices\n"
+        "from vocal.audio.devices import list_devices\n"
         "print(len(list_devices()))\n"
     )
     result = _python(code)
@@ -73,7 +73,7 @@ def test_exiting_while_initialization_runs_is_clean() -> None:
     # The interpreter exits at once while the thread is inside Pa_Initialize: the exit handler
     # waits for it, then balances it with Pa_Terminate; no crash, no hang.
     for _ in range(3):
-        result = _python("from vocal import portaudio; portaudio.start()", timeout_s=30.0)
+        result = _python("from vocal.audio import portaudio; portaudio.start()", timeout_s=30.0)
         assert result.returncode == 0, result.stderr
         assert result.stderr == ""
 

@@ -21,8 +21,9 @@ import pytest
 
 from harness.runner import run_vocal
 from harness.sounds import tone
-from vocal import audio as audio_module
-from vocal.audio import (
+from vocal.audio import wav as audio_module
+from vocal.audio.vad import EndpointOptions
+from vocal.audio.wav import (
     MAX_SAMPLE_RATE,
     MAX_WAV_BYTES,
     MAX_WAV_DURATION_S,
@@ -33,10 +34,10 @@ from vocal.audio import (
     wav_bytes,
 )
 from vocal.config import load_settings
-from vocal.endofturn import EndOfTurnOptions
 from vocal.errors import AudioFormatError, UsageError
-from vocal.speech import MAX_TEXT_CHARS, text_argument
-from vocal.vad import EndpointOptions
+from vocal.hearing.endofturn import EndOfTurnOptions
+from vocal.speaking.speak import text_argument
+from vocal.speaking.text import MAX_TEXT_CHARS
 
 # A child that reads without limit dies here instead of taking the machine's memory with it.
 CHILD_ADDRESS_SPACE_BYTES = 3 * 1024**3

@@ -19,12 +19,13 @@ import pytest
 from harness.listen_audio import RATE, join, noise, silence, trimmed
 from harness.runner import run_vocal
 from harness.words import word_error_rate
-from vocal.audio import Audio, read_wav, write_wav
-from vocal.devices import WavSource
+from vocal.audio.file_devices import WavSource
+from vocal.audio.vad import EndpointOptions
+from vocal.audio.wav import Audio, read_wav, write_wav
 from vocal.errors import EngineError
-from vocal.listening import ListenOptions, SttLoader, listen
+from vocal.hearing.listening import ListenOptions, listen
+from vocal.hearing.stt_loading import SttLoader
 from vocal.stt import load_stt
-from vocal.vad import EndpointOptions
 
 SENTENCE = "Please open the file and read me the first line."
 FIRST, SECOND = "Open the file.", "Read me the first line."
@@ -288,7 +289,7 @@ def test_transcription_starts_in_the_silence_window(tmp_path: Path) -> None:
 
 
 def test_early_transcriber_keeps_only_the_latest_request() -> None:
-    from vocal.listening import EarlyTranscriber
+    from vocal.hearing.early import EarlyTranscriber
 
     engine = load_stt("faster-whisper")
     early = EarlyTranscriber(engine)

@@ -23,8 +23,8 @@ import pytest
 from harness.listen_audio import join, silence, trimmed
 from harness.runner import start_vocal
 from harness.words import word_error_rate
-from vocal.audio import Audio
-from vocal.devices import Player
+from vocal.audio.player import Player
+from vocal.audio.wav import Audio
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 

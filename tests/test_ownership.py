@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 
 from harness.runner import run_vocal
-from vocal.config import (
+from vocal.errors import EXIT_USAGE, UsageError
+from vocal.floor.statedir import (
     STATE_MARKER_NAME,
     ensure_private_dir,
     ensure_state_dir,
     has_state_marker,
 )
-from vocal.errors import EXIT_USAGE, UsageError
-from vocal.statefiles import HOST, process_start
+from vocal.floor.statefiles import HOST, process_start
 
 
 def files(root: Path) -> dict[str, bytes]:
@@ -239,7 +239,7 @@ def test_a_home_owned_by_another_user_is_refused(vocal_home: Path) -> None:
 
 def _doctor_state_ok(home: Path) -> bool:
     """Whether `vocal doctor`'s state directory check passes, called in-process."""
-    from vocal.doctor import check_state_dir
+    from vocal.ops.doctor import check_state_dir
 
     check = check_state_dir(home)
     assert check.status == "ok" or ("chmod 700" in check.fix or "VOCAL_HOME" in check.fix)

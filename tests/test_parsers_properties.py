@@ -1,8 +1,8 @@
 """Property-based tests of vocal's parsers (issue 17): thousands of generated inputs each.
 
 In-process: the WAV parser (`read_wav`, `parse_wav`) on arbitrary bytes and on generated
-headers, the text functions of `vocal.text`, `speech.text_argument` and the settings converter
-`_convert`. Each either returns a well-formed value or raises the error it documents (a
+headers, the text functions of `vocal.speaking.text`, `speak.text_argument` and the settings
+converter `_convert`. Each either returns a well-formed value or raises the error it documents (a
 `UsageError`, exit 2); nothing else ever escapes. A handful of the same go through the CLI: one
 `vocal: error:` line, no traceback, exit 2.
 """
@@ -23,8 +23,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from harness.runner import run_vocal
-from vocal import speech
-from vocal.audio import (
+from vocal.audio.wav import (
     MAX_SAMPLE_RATE,
     MAX_WAV_DURATION_S,
     MIN_SAMPLE_RATE,
@@ -34,7 +33,8 @@ from vocal.audio import (
 )
 from vocal.config import SETTING_RANGES, Settings, _convert, env_name
 from vocal.errors import EXIT_USAGE, AudioFormatError, UsageError
-from vocal.text import (
+from vocal.speaking import speak
+from vocal.speaking.text import (
     MAX_SENTENCE_CHARS,
     MAX_TEXT_CHARS,
     clean_line,
@@ -190,7 +190,8 @@ def test_read_wav_on_generated_files(tmp_path: Path) -> None:
 
 
 # -- text ----------------------------------------------------------------------------------------
-#: Pieces of markdown, URLs and emoji, so generated text reaches every pattern in vocal.text.
+#: Pieces of markdown, URLs and emoji, so generated text reaches every pattern in
+#: vocal.speaking.text.
 MARKDOWN_TOKENS = [
     "*", "**", "_", "__", "~~", "`", "```", "~~~", "#", "## ", ">", "> ", "- ", "1. ", "|", "---",
     "===", "[", "]", "(", ")", "![", "](", "http://", "https://x.org/a", "www.", "<b>", "</b>",
@@ -270,7 +271,7 @@ LONG_TEXT = st.tuples(
 @given(st.one_of(ANY_TEXT, LONG_TEXT))
 def test_text_argument_takes_text_or_refuses_it(text: str) -> None:
     try:
-        given_text, from_stdin = speech.text_argument(text if text != "-" else "--")
+        given_text, from_stdin = speak.text_argument(text if text != "-" else "--")
     except UsageError as exc:
         assert len(text) > MAX_TEXT_CHARS and "too long" in str(exc)
         return
@@ -285,7 +286,7 @@ def test_text_argument_takes_text_or_refuses_it(text: str) -> None:
 def test_text_argument_reads_stdin_or_refuses_it(data: bytes, text: str | None) -> None:
     with mock.patch.object(sys, "stdin", FakeStdin(data)):
         try:
-            read, from_stdin = speech.text_argument(text)
+            read, from_stdin = speak.text_argument(text)
         except UsageError:
             return
     assert from_stdin and isinstance(read, str) and "\x00" not in read
@@ -296,7 +297,7 @@ def test_text_argument_on_a_terminal_without_text_is_a_usage_error(
 ) -> None:
     monkeypatch.setattr(sys, "stdin", FakeStdin(b"", tty=True))
     with pytest.raises(UsageError, match="give TEXT"):
-        speech.text_argument(None)
+        speak.text_argument(None)
 
 
 # -- settings ------------------------------------------------------------------------------------
@@ -381,7 +382,7 @@ def test_bad_wavs_through_listen(data: bytes) -> None:
 def test_non_finite_settings_through_listen(value: str, variable: str) -> None:
     import tempfile
 
-    from vocal.audio import wav_bytes
+    from vocal.audio.wav import wav_bytes
 
     with tempfile.TemporaryDirectory() as directory:
         path = Path(directory) / "x.wav"

@@ -39,7 +39,7 @@ from harness.imports import imported_by
 from harness.runner import run_vocal, start_vocal
 from vocal.config import load_settings
 from vocal.errors import UsageError
-from vocal.pieces import MessageBoard, PieceOutcome, run_piece
+from vocal.floor.pieces import MessageBoard, PieceOutcome, run_piece
 
 ESPEAK = ("--engine", "espeak-ng")
 #: A line not played at all correlates with the recording far below MIN_SCORE (measured
@@ -114,9 +114,9 @@ def test_muted_pieces_return_at_once_without_loading_anything() -> None:
     started = time.monotonic()
     loaded = imported_by(*piece_args("m", 3, "> Nobody hears this.", "--final"))
     assert time.monotonic() - started < 10  # a process start, not the 3 s piece timeout or a floor
-    assert "vocal.speech" in loaded and not loaded & HEAVY, loaded & HEAVY
+    assert "vocal.speaking.speech" in loaded and not loaded & HEAVY, loaded & HEAVY
     plain = imported_by("speak", *ESPEAK, "Nor this, without pieces.")
-    assert "vocal.speech" in plain and not plain & HEAVY, plain & HEAVY
+    assert "vocal.speaking.speech" in plain and not plain & HEAVY, plain & HEAVY
     result = run_vocal(*piece_args("m", 1, "> Nor this."), env={"VOCAL_PIECE_TIMEOUT": "30"})
     assert result.returncode == 0 and json.loads(result.stdout)["status"] == "muted"
     assert not message_dir("m").exists()  # nothing registered: the next reply starts clean

@@ -19,8 +19,9 @@ from harness.room import (
     without_room_stall,
 )
 from harness.sounds import espeak
-from vocal.audio import write_wav
-from vocal.devices import Microphone, Player
+from vocal.audio.devices import Microphone
+from vocal.audio.player import Player
+from vocal.audio.wav import write_wav
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 

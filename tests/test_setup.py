@@ -11,7 +11,7 @@ import pytest
 from harness.person import ANSWER, SimulatedPerson
 from harness.runner import run_vocal
 from harness.words import word_error_rate
-from vocal.onboarding import write_config
+from vocal.ops.onboarding import write_config
 
 
 def test_embedded_defaults_need_nothing() -> None:

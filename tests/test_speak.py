@@ -19,7 +19,7 @@ import pytest
 from harness.runner import run_vocal
 from harness.speak_audio import FakeSpeechServer, closed_port, silent_server, transcribe
 from harness.words import word_error_rate
-from vocal.audio import read_wav
+from vocal.audio.wav import read_wav
 
 pytestmark = pytest.mark.usefixtures("shared_tts_cache")
 
@@ -128,8 +128,9 @@ def test_speak_plays_through_the_speaker_and_reports_timings() -> None:
 @pytest.mark.audio
 @pytest.mark.usefixtures("pulse")
 def test_a_long_paragraph_starts_at_once_and_stops_on_ctrl_c() -> None:
-    # Just under the text limit (vocal.text.MAX_TEXT_CHARS, ~23 minutes of speech: issue 17).
-    from vocal.text import MAX_TEXT_CHARS
+    # Just under the text limit (vocal.speaking.text.MAX_TEXT_CHARS, ~23 minutes of speech:
+    # issue 17).
+    from vocal.speaking.text import MAX_TEXT_CHARS
 
     sentence = "the quick brown fox jumps over the lazy dog and keeps running "
     paragraph = (sentence * 800)[: MAX_TEXT_CHARS - 10]
@@ -219,7 +220,7 @@ def test_http_engines_through_the_cli(tmp_path: Path) -> None:
 
 
 def test_a_long_first_sentence_is_spoken_in_two_pieces() -> None:
-    from vocal.speech import split_first_clause
+    from vocal.speaking.text import split_first_clause
 
     assert split_first_clause("Hello there, I have finished the refactoring of the parser.") == [
         "Hello there,", "I have finished the refactoring of the parser.",
@@ -239,7 +240,7 @@ def failing_second_sentence() -> Iterator[dict[str, str]]:
     a turn that fails half way, with audio already synthesized."""
     import numpy as np
 
-    from vocal.audio import Audio, wav_bytes
+    from vocal.audio.wav import Audio, wav_bytes
 
     calls = []
 

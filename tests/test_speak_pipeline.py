@@ -14,9 +14,11 @@ import pytest
 from harness.loopback import matched_fraction
 from harness.speak_audio import Recorder, align, transcribe, wait_until
 from harness.words import word_error_rate
-from vocal.audio import resample
+from vocal.audio.wav import resample
 from vocal.errors import EngineError
-from vocal.speech import Speech, check_speech, open_speech_output
+from vocal.speaking.check import check_speech
+from vocal.speaking.output import open_speech_output
+from vocal.speaking.speech import Speech
 from vocal.tts import TtsEngine, load_tts
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
@@ -211,7 +213,7 @@ def test_output_rate_differs_from_the_engine_rate(hibari: TtsEngine, tmp_path: P
     output = open_speech_output(16_000, output=tmp_path / "out.wav")
     result = Speech(hibari, ["Please open the window in the kitchen."]).run(output)
     output.close()
-    from vocal.audio import read_wav
+    from vocal.audio.wav import read_wav
 
     audio = read_wav(tmp_path / "out.wav")
     assert audio.sample_rate == 16_000 and result.sentences[0].frames == audio.frames

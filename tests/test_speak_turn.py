@@ -35,11 +35,11 @@ from harness.heard import (
 from harness.imports import HEAVY_FOR_REPLAY, imported_by
 from harness.runner import run_vocal, start_vocal
 from harness.sounds import espeak, with_silence
-from vocal.audio import read_wav, write_wav
+from vocal.audio.wav import read_wav, write_wav
 from vocal.config import load_settings
-from vocal.control import endpoints, find_endpoint, send_command
-from vocal.history import History
-from vocal.speech import SpeakOptions, speak
+from vocal.floor.control import endpoints, find_endpoint, send_command
+from vocal.floor.history import History
+from vocal.speaking.speak import SpeakOptions, speak
 
 audio = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 

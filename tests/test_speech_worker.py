@@ -1,4 +1,4 @@
-"""The speech worker (vocal.speech_worker): `vocal speak` forks it at launch to load the engine
+"""The speech worker (vocal.speaking.worker): `vocal speak` forks it at launch to load the engine
 on the other core; it is adopted when it guessed right, handed over from when it fails, and never
 outlives the turn. Real processes, real hibari, real playback into the null sink."""
 
@@ -18,7 +18,7 @@ import pytest
 from harness.runner import run_vocal
 from harness.speak_audio import transcribe
 from harness.words import word_error_rate
-from vocal.audio import read_wav
+from vocal.audio.wav import read_wav
 from vocal.launch import option_value, will_speak
 
 pytestmark = pytest.mark.usefixtures("shared_tts_cache")
@@ -123,11 +123,12 @@ def test_switched_off_the_engine_runs_in_process(tmp_path: Path, switch: str) ->
 def test_a_wrong_guess_is_let_go_and_reaped_at_once() -> None:
     code = (
         "import os\n"
-        "from vocal import speech_worker\n"
+        "from vocal.speaking import remote\n"
+        "from vocal.speaking import worker as speech_worker\n"
         "from vocal.config import load_settings\n"
         "speech_worker.start(engine='espeak-ng')\n"
         "pid = speech_worker._worker.pid\n"
-        "print(speech_worker.adopt('hibari', None, load_settings()) is None)\n"
+        "print(remote.adopt('hibari', None, load_settings()) is None)\n"
         "try:\n"
         "    os.kill(pid, 0)\n"
         "    print('alive')\n"

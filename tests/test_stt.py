@@ -17,7 +17,7 @@ import pytest
 
 from harness.listen_audio import join, silence, trimmed
 from harness.words import word_error_rate
-from vocal.audio import Audio
+from vocal.audio.wav import Audio
 from vocal.errors import EXIT_UNAVAILABLE, EngineError
 from vocal.stt import Transcript, load_stt
 from vocal.stt.models import embedded_model_path, looks_like_path
@@ -202,7 +202,7 @@ def mlx_engine(mlx_cache: Path):  # noqa: ANN201
 
     Loaded in a background thread and used from this one, as `vocal listen` does (MLX keeps
     its streams per thread)."""
-    from vocal.listening import SttLoader
+    from vocal.hearing.stt_loading import SttLoader
 
     return SttLoader("mlx-whisper", cache_dir=mlx_cache).engine()
 

@@ -13,7 +13,7 @@ import pytest
 from harness.conch_audio import wait_until
 from harness.runner import run_vocal, start_vocal
 from vocal.config import load_settings
-from vocal.control import ControlError, endpoints, find_endpoint, send_command
+from vocal.floor.control import ControlError, endpoints, find_endpoint, send_command
 
 ESPEAK = ("--engine", "espeak-ng")
 LONG_TEXT = (

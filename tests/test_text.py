@@ -1,4 +1,4 @@
-"""Text hygiene, sentence splitting and `--quotes` extraction (vocal.text)."""
+"""Text hygiene, sentence splitting and `--quotes` extraction (vocal.speaking.text)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 import pytest
 
 from vocal.errors import UsageError
-from vocal.text import (
+from vocal.speaking.text import (
     MAX_SENTENCE_CHARS,
     MAX_TEXT_CHARS,
     check_text_length,

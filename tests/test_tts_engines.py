@@ -23,7 +23,7 @@ from harness.speak_audio import FakeSpeechServer, closed_port, silent_server, tr
 from harness.words import word_error_rate
 from vocal.config import load_settings
 from vocal.errors import EXIT_UNAVAILABLE, EXIT_USAGE, EngineError, UsageError
-from vocal.speech import check_speech
+from vocal.speaking.check import check_speech
 from vocal.tts import ENGINES, canonical_name, load_tts, voice_names
 
 MAX_WER = 0.25
@@ -257,7 +257,7 @@ def test_the_speech_check_matches_numpys_percentiles_without_importing_numpy_ma(
     # first sentence's path); its verdicts must be the ones np.percentile gives.
     code = (
         "import sys, numpy as np\n"
-        "from vocal.speech import _percentile, check_speech\n"
+        "from vocal.speaking.check import _percentile, check_speech\n"
         "rng = np.random.default_rng(3)\n"
         "noise = rng.uniform(-0.5, 0.5, 16000).astype(np.float32)\n"
         "bursts = noise * np.repeat(np.arange(50) % 2, 320)\n"

@@ -13,11 +13,12 @@ import pytest
 
 from harness.conch_audio import MonitorRecorder, timeline, tone_wav, wait_until
 from harness.runner import run_vocal, start_vocal
-from vocal.conch import Conch, ConchBusy, ConchLost
 from vocal.config import load_settings
-from vocal.control import endpoints, find_endpoint, send_command
 from vocal.errors import Interrupted
-from vocal.turn import Turn
+from vocal.floor.conch import Conch
+from vocal.floor.conch_records import ConchBusy, ConchLost
+from vocal.floor.control import endpoints, find_endpoint, send_command
+from vocal.floor.turn import Turn
 
 
 def floor() -> Conch:

@@ -17,8 +17,8 @@ import pytest
 
 from harness.corpus import ensure_corpus, load_turns, word_error_rate
 from harness.runner import run_vocal, start_vocal
-from vocal.audio import read_wav
-from vocal.devices import Player
+from vocal.audio.player import Player
+from vocal.audio.wav import read_wav
 
 #: Word error rate a transcript of these recordings must stay under: tiny.en gets them nearly
 #: word for word (benchmarks/decode); a name or a misheard word is the slack.

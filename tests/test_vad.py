@@ -15,8 +15,7 @@ import pytest
 
 from harness.listen_audio import join, silence, trimmed
 from harness.sounds import espeak, with_silence
-from vocal.errors import EXIT_UNAVAILABLE, EngineError
-from vocal.vad import (
+from vocal.audio.vad import (
     CHUNK_FRAMES,
     Endpointer,
     EndpointOptions,
@@ -25,6 +24,7 @@ from vocal.vad import (
     VadState,
     find_vad_model,
 )
+from vocal.errors import EXIT_UNAVAILABLE, EngineError
 
 RATE = 16_000
 CHUNK_S = CHUNK_FRAMES / RATE  # 32 ms

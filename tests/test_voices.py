@@ -15,19 +15,12 @@ import pytest
 
 from harness.runner import run_vocal
 from harness.sounds import espeak, tone, with_silence
-from vocal.audio import Audio, read_wav, write_wav
+from vocal.audio.wav import Audio, read_wav, write_wav
 from vocal.config import load_settings
 from vocal.errors import EXIT_UNAVAILABLE, EXIT_USAGE, EngineError, UsageError
-from vocal.voices import (
-    CLONING_ENGINE,
-    ClipError,
-    VoiceStore,
-    prepare_clip,
-    resolve_voice,
-    sample_name_for,
-    stored_voice,
-    validate_voice_name,
-)
+from vocal.tts.clips import ClipError, prepare_clip
+from vocal.tts.resolve import resolve_stored_voice, stored_voice
+from vocal.tts.voices import CLONING_ENGINE, VoiceStore, sample_name_for, validate_voice_name
 
 SENTENCE_A = (
     "The quick brown fox jumps over the lazy dog, and then it runs far away into the deep green "
@@ -507,7 +500,7 @@ def test_a_default_link_leading_out_of_the_voice_is_refused(
         assert secret.is_file()
 
 
-# -- resolve_voice: what --voice NAME means ----------------------------------------------------
+# -- resolve_stored_voice: what --voice NAME means ---------------------------------------------
 def test_a_stored_voice_resolves_to_the_cloning_engine(
     good_clip: Path, store: VoiceStore, tmp_path: Path, monkeypatch
 ) -> None:  # noqa: ANN001
@@ -515,7 +508,7 @@ def test_a_stored_voice_resolves_to_the_cloning_engine(
 
     store.add("alice", good_clip)
     monkeypatch.setenv("VOCAL_CHATTERBOX_DIR", str(build_bundle(tmp_path / "bundle")))
-    engine, voice = resolve_voice("alice", load_settings())
+    engine, voice = resolve_stored_voice("alice", load_settings())
     assert engine == CLONING_ENGINE
     assert voice == str(store.root / "alice" / "default.wav")
 
@@ -525,14 +518,14 @@ def test_other_names_go_to_the_configured_engine(
 ) -> None:  # noqa: ANN001
     store.add("alice", good_clip)
     settings = load_settings()
-    assert resolve_voice("en-us", settings) == (settings.tts_engine, "en-us")
-    assert resolve_voice(None, settings) == (settings.tts_engine, None)
-    assert resolve_voice("en-gb", settings, engine="espeak-ng") == ("espeak-ng", "en-gb")
-    assert resolve_voice("../alice", settings) == (settings.tts_engine, "../alice")
+    assert resolve_stored_voice("en-us", settings) == (settings.tts_engine, "en-us")
+    assert resolve_stored_voice(None, settings) == (settings.tts_engine, None)
+    assert resolve_stored_voice("en-gb", settings, engine="espeak-ng") == ("espeak-ng", "en-gb")
+    assert resolve_stored_voice("../alice", settings) == (settings.tts_engine, "../alice")
     assert stored_voice("en-us", settings) is None and stored_voice(None, settings) is None
     assert stored_voice("alice", settings, check=False)[0] == CLONING_ENGINE
     monkeypatch.setenv("VOCAL_VOICE", "en-gb")
-    assert resolve_voice(None, load_settings()) == (settings.tts_engine, "en-gb")
+    assert resolve_stored_voice(None, load_settings()) == (settings.tts_engine, "en-gb")
 
 
 def test_a_stored_voice_without_weights_is_exit_5_naming_the_files(
@@ -540,7 +533,7 @@ def test_a_stored_voice_without_weights_is_exit_5_naming_the_files(
 ) -> None:
     store.add("alice", good_clip)
     with pytest.raises(EngineError) as caught:
-        resolve_voice("alice", load_settings())
+        resolve_stored_voice("alice", load_settings())
     message = str(caught.value)
     assert caught.value.exit_code == EXIT_UNAVAILABLE
     assert message.startswith("the cloned voice 'alice' needs the Chatterbox ONNX weights")
@@ -554,7 +547,7 @@ def test_a_stored_voice_without_weights_is_exit_5_naming_the_files(
         assert name in message
     assert "vocal setup --engine chatterbox" in message and "VOCAL_CHATTERBOX_DIR" in message
     # Without the check (the lead may check later) it still resolves to the cloning engine.
-    assert resolve_voice("alice", load_settings(), check=False)[0] == CLONING_ENGINE
+    assert resolve_stored_voice("alice", load_settings(), check=False)[0] == CLONING_ENGINE
 
 
 def test_a_stored_voice_is_not_silently_given_to_another_engine(
@@ -562,7 +555,7 @@ def test_a_stored_voice_is_not_silently_given_to_another_engine(
 ) -> None:
     store.add("alice", good_clip)
     with pytest.raises(UsageError, match="only the chatterbox engine speaks"):
-        resolve_voice("alice", load_settings(), engine="espeak-ng", check=False)
+        resolve_stored_voice("alice", load_settings(), engine="espeak-ng", check=False)
 
 
 def test_a_broken_voice_is_reported_not_guessed(
@@ -571,7 +564,7 @@ def test_a_broken_voice_is_reported_not_guessed(
     directory = make_bin(store, good_clip, tmp_path)
     (directory / "default.wav").unlink()
     with pytest.raises(UsageError, match="2 samples .* and no default.wav"):
-        resolve_voice("bin", load_settings(), check=False)
+        resolve_stored_voice("bin", load_settings(), check=False)
 
 
 def test_add_checks_a_flac_header_against_the_limits_before_decoding(tmp_path: Path) -> None:

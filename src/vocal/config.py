@@ -1,9 +1,10 @@
-"""Settings: flags > `VOCAL_*` environment > `config.toml` > defaults, and the state directory.
+"""Settings: flags > `VOCAL_*` environment > `config.toml` > defaults.
 
 Every setting is a field of `Settings`. Its environment variable is `VOCAL_<NAME>` unless the field
 names another in its metadata, and its key in `config.toml` is the field name. The state directory
 (`VOCAL_HOME`, default `~/.vocal`) holds `config.toml` and everything vocal keeps between
-invocations: conch, control sockets, history, voices, gates, caches and logs.
+invocations: conch, control sockets, history, voices, gates, caches and logs (it is made and
+checked by vocal.floor.statedir).
 
 This module is on the `--help` path: standard library only.
 """
@@ -41,7 +42,7 @@ class Settings:
     # Beam width of faster-whisper's decoding (mlx-whisper decodes greedily): chosen on the
     # real-speech corpus, benchmarks/decode (issue 16).
     stt_beam_size: int = 5
-    # End of turn (issue 16, vocal.endofturn): after turn_check_ms of silence the turn model
+    # End of turn (issue 16, vocal.hearing.endofturn): after turn_check_ms of silence the turn model
     # (Smart Turn v3 and the early transcript's last words) judges the pause: complete ends the
     # turn at once, unfinished waits up to max_pause_ms of silence, undecided (or turn_model
     # off) ends after silence_ms.
@@ -83,14 +84,15 @@ class Settings:
     elevenlabs_model: str = "eleven_flash_v2_5"
     piper_voices_dir: Path | None = None
     # Echo cancellation and barge-in (issue 7). aec: "auto" (off only on headphones the
-    # platform reports, vocal.headphones), "on" or "off". Barge-in needs AEC; the detector's
-    # thresholds and windows default to vocal.bargein.BargeInOptions (measured, benchmarks/aec).
+    # platform reports, vocal.audio.headphones), "on" or "off". Barge-in needs AEC; the detector's
+    # thresholds and windows default to vocal.duplex.bargein.BargeInOptions (measured,
+    # benchmarks/aec).
     aec: str = "auto"
     barge_in: bool = True
     barge_in_chunks: int = 3
     barge_in_threshold: float = 0.5
     # Cues (issue 8): what plays `vocal cue` files: "auto" (paplay on Linux, else PortAudio),
-    # "paplay" or "portaudio" (vocal.cues, benchmarks/cue).
+    # "paplay" or "portaudio" (vocal.agents.cues, benchmarks/cue).
     cue_player: str = "auto"
     # Pieces of one message (issue 9): how long a reader waits for a missing piece before it
     # goes on from the earliest piece that arrived.
@@ -99,28 +101,29 @@ class Settings:
     # Many agents (issue 10). conch_wait_cap_s: the longest `vocal conch wait` blocks (a remote
     # agent's tool call must return; it keeps its place and calls again). auto_focus_pane:
     # select the tmux pane of the agent that takes the floor; focus_hold_s: how long a pane
-    # the person chose (or `vocal focus hold`) keeps focus from jumping (vocal.focus).
+    # the person chose (or `vocal focus hold`) keeps focus from jumping (vocal.floor.focus).
     conch_wait_cap_s: float = field(default=60.0, metadata=_env("VOCAL_CONCH_WAIT_CAP"))
     auto_focus_pane: bool = False
     focus_hold_s: float = field(default=30.0, metadata=_env("VOCAL_FOCUS_HOLD_SECONDS"))
 
     # Latency (issues 3, 4, 7; benchmarks/listen, converse). stt_warm_up: run Whisper once on
     # near-silence right after it loads (its first call is slower); early_transcription_ms: how
-    # long a pause lasts before Whisper starts on the utterance so far (vocal.listening).
+    # long a pause lasts before Whisper starts on the utterance so far (vocal.hearing.listening).
     stt_warm_up: bool = True
     early_transcription_ms: int = 32
     # barge_in_onset_threshold: a lower probability allowed for the first chunk of a barge-in's
-    # run (vocal.bargein.BargeInOptions.onset_threshold); unset: off (measured: benchmarks/aec).
+    # run (vocal.duplex.bargein.BargeInOptions.onset_threshold); unset: off (measured:
+    # benchmarks/aec).
     barge_in_onset_threshold: float | None = None
     # barge_in_trace: diagnostics, `vocal converse --json` also carries the detector's trace
     # (capture time, speech probability, inhibited) of every chunk (benchmarks/converse).
     barge_in_trace: bool = False
     # barge_in_fast_chunks: chunks enough while the canceller is known to cancel well
-    # (vocal.bargein.BargeInOptions.fast_chunks); empty: always barge_in_chunks.
+    # (vocal.duplex.bargein.BargeInOptions.fast_chunks); empty: always barge_in_chunks.
     barge_in_fast_chunks: int | None = 2
     # barge_in_double_talk_db: a barge-in's run fires only once one of its chunks is this many
     # dB louder at the raw microphone than the echo the played level predicts: residual echo
-    # adds nothing there, a person does (vocal.bargein.BargeInOptions.double_talk_db); empty:
+    # adds nothing there, a person does (vocal.duplex.bargein.BargeInOptions.double_talk_db); empty:
     # off (a person much quieter than the reply's echo is then heard too, and so may be echo).
     barge_in_double_talk_db: float | None = 2.0
 
@@ -310,223 +313,11 @@ def load_settings(**flags: object) -> Settings:
     return Settings(**values)
 
 
-def ensure_private_dir(path: Path) -> Path:
-    """Create `path` (and missing parents) 0700 and return it: sockets and locks live there.
-
-    Inside the state directory, the state directory is made and checked first
-    (`ensure_state_dir`), and no component below it may be a symbolic link: vocal would
-    otherwise chmod, and write history into, whatever the link points at (issue 17).
-    """
-    path = Path(path)
-    home = state_home()
-    inside = _within(path, home)
-    if inside:
-        ensure_state_dir(home)
-        _refuse_links(path, home)  # before creating anything through one
-    elif path.is_symlink():
-        raise UsageError(f"{path} is a symbolic link; vocal keeps its state in real directories")
-    missing = []
-    probe = path
-    while not os.path.lexists(probe) and probe != probe.parent:
-        missing.append(probe)
-        probe = probe.parent
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, 0o700)
-        except FileExistsError:  # another process made it meanwhile
-            pass
-    os.chmod(path, 0o700)
-    return path
-
-
-# -- the state directory: vocal's, and private (issue 17) ------------------------------------
-#: Marks a directory as vocal's state directory: written when vocal creates it, or when it
-#: adopts an existing one that holds nothing but vocal's own layout. Teardown refuses a
-#: directory without it that holds anything else.
-STATE_MARKER_NAME = ".vocal-state"
-STATE_MARKER_VERSION = 1
-#: Every name vocal itself puts at the top of the state directory (Settings' layout, gates,
-#: the provider ladder's rungs, Piper voices and sound fonts, the marker).
-STATE_ENTRY_NAMES = frozenset(
-    {CONFIG_FILE_NAME, "gates.json", "conch", "run", "history", "voices", "cache", "logs",
-     "providers", "piper", "soundfonts", STATE_MARKER_NAME}
-)  # fmt: skip
-#: Leftovers of vocal's own writes there: atomic writes' temporary files
-#: (`.config.toml.k3j2.tmp`), `vocal doctor`'s probe file, and a malformed gates file set
-#: aside (`vocal.statefiles.quarantine`).
-_STATE_TEMP_PREFIXES = (
-    ".config.toml.", ".gates.json.", f"{STATE_MARKER_NAME}.", ".doctor-", "gates.json.bad-"
-)  # fmt: skip
-#: Mode bits that let other users change the state directory (group- or world-writable).
-_OPEN_WRITE_BITS = 0o022
-
-
-def state_home() -> Path:
-    """The state directory as `load_settings` resolves it: `VOCAL_HOME`, else `~/.vocal`."""
-    raw = os.environ.get("VOCAL_HOME")
-    return Path(raw).expanduser() if raw else Settings().home
-
-
-def is_state_entry(name: str) -> bool:
-    """Whether `name`, at the top of a state directory, is something vocal puts there."""
-    return name in STATE_ENTRY_NAMES or name.startswith(_STATE_TEMP_PREFIXES)
-
-
-def foreign_entries(home: Path) -> list[str]:
-    """The names in `home` that vocal did not put there, sorted ([] when it is missing)."""
-    try:
-        names = os.listdir(home)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    return sorted(name for name in names if not is_state_entry(name))
-
-
-def has_state_marker(home: Path) -> bool:
-    """Whether `home` carries vocal's marker (a regular file, not a link, with a version)."""
-    import json
-
-    marker = Path(home) / STATE_MARKER_NAME
-    try:
-        if marker.is_symlink() or not marker.is_file():
-            return False
-        data = json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(data, dict) and type(data.get("version")) is int
-
-
-def write_state_marker(home: Path) -> None:
-    """Mark `home` as vocal's state directory (atomically, 0600)."""
-    import json
-    import time
-
-    from vocal.atomicfile import write_atomic
-
-    data = {"version": STATE_MARKER_VERSION, "made_by": "vocal", "marked_at": int(time.time())}
-    write_atomic(Path(home) / STATE_MARKER_NAME, json.dumps(data).encode() + b"\n", mode=0o600)
-
-
-def state_dir_problem(home: Path) -> str | None:
-    """Why `home` is not safe to keep vocal's state in (None when it is, or is missing):
-    not a directory, owned by another user, or writable by the group or everyone."""
-    try:
-        info = os.stat(home)
-    except FileNotFoundError:
-        return None
-    import stat
-
-    if not stat.S_ISDIR(info.st_mode):
-        return f"the state directory {home} is not a directory"
-    if hasattr(os, "getuid") and info.st_uid != os.getuid():
-        return f"the state directory {home} belongs to another user (uid {info.st_uid})"
-    if info.st_mode & _OPEN_WRITE_BITS:
-        mode = oct(info.st_mode & 0o777)[2:]
-        return f"the state directory {home} is writable by other users (mode {mode})"
-    return None
-
-
-def state_dir_fix(home: Path) -> str:
-    """What to do about a `state_dir_problem`."""
-    return f"run `chmod 700 {home}` if it is yours, or set VOCAL_HOME to a directory you own"
-
-
-def create_state_dir(home: Path) -> bool:
-    """Make `home` 0700 and mark it, if it does not exist; True if this call made it."""
-    home = Path(home)
-    if os.path.lexists(home):
-        return False
-    home.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        os.mkdir(home, 0o700)
-    except FileExistsError:  # another vocal made it meanwhile
-        return False
-    os.chmod(home, 0o700)  # mkdir's mode is filtered by the umask
-    write_state_marker(home)
-    # Made here so it is private whoever writes the first log (hooks, warm-up, quarantine).
-    try:
-        os.mkdir(home / "logs", 0o700)
-    except FileExistsError:  # a concurrent vocal's first log
-        pass
-    return True
-
-
-def ensure_state_dir(home: Path) -> Path:
-    """The state directory, created 0700 and marked, or checked when it exists.
-
-    An existing directory owned by another user or writable by others is a `UsageError`:
-    anyone who can write there can swap vocal's records and sockets. An unmarked one that
-    holds nothing but vocal's layout (an older vocal's `~/.vocal`) is adopted: marked, with
-    its history and logs made 0700. Anything else is left as it is, unmarked.
-    """
-    home = Path(home)
-    if create_state_dir(home):
-        return home
-    problem = state_dir_problem(home)
-    if problem:
-        raise UsageError(problem, hint=state_dir_fix(home))
-    # A stat, not a parse: this runs on every conch and control call (teardown parses it).
-    marked = os.path.isfile(home / STATE_MARKER_NAME)
-    if not marked and not foreign_entries(home):
-        write_state_marker(home)
-        marked = True
-    if marked:
-        # What was said (history, logs) is kept from other users even in an older vocal's
-        # 0755 directory. The directory itself keeps the mode it was given: someone may have
-        # opened it on purpose (a shared home whose run/ stays 0700).
-        _tighten(home / "history")
-        _tighten(home / "logs")
-    return home
-
-
-def _tighten(directory: Path) -> None:
-    """Make a directory of vocal's 0700 if others may enter it (an older vocal's 0755); a
-    link is left alone (`ensure_private_dir` refuses it where vocal writes)."""
-    try:
-        info = os.lstat(directory)
-    except FileNotFoundError:
-        return
-    import stat
-
-    if stat.S_ISDIR(info.st_mode) and info.st_mode & 0o077:
-        os.chmod(directory, 0o700)
-
-
-def _within(path: Path, parent: Path) -> bool:
-    """Whether `path` is `parent` or below it, by their absolute names (no links resolved)."""
-    path_abs, parent_abs = os.path.abspath(path), os.path.abspath(parent)
-    return path_abs == parent_abs or path_abs.startswith(parent_abs.rstrip(os.sep) + os.sep)
-
-
-def _refuse_links(path: Path, home: Path) -> None:
-    """A UsageError when a component of `path` below `home` is a symbolic link."""
-    relative = Path(os.path.abspath(path)).relative_to(os.path.abspath(home))
-    current = Path(os.path.abspath(home))
-    for part in relative.parts:
-        current = current / part
-        if current.is_symlink():
-            raise UsageError(
-                f"{current} is a symbolic link; vocal keeps its state in real directories",
-                hint=f"remove the link (`rm {current}`) and run the command again",
-            )
-
-
 __all__ = [
-    "STATE_ENTRY_NAMES",
-    "STATE_MARKER_NAME",
     "Settings",
-    "create_state_dir",
-    "ensure_private_dir",
-    "ensure_state_dir",
     "env_name",
-    "foreign_entries",
-    "has_state_marker",
-    "is_state_entry",
     "load_settings",
     "parse_config",
     "read_config_file",
     "require_finite",
-    "state_dir_fix",
-    "state_dir_problem",
-    "state_home",
-    "write_state_marker",
 ]

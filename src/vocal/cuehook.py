@@ -7,6 +7,6 @@
 
 import sys
 
-from vocal.cues import main
+from vocal.agents.cues import main
 
 sys.exit(main())

@@ -4,8 +4,8 @@ A turn is a process, and its first ~0.1 s goes to importing Typer and vocal's CL
 while the other idles. Work that can run beside them (C without the GIL, or another process)
 and that the command is sure to need is
 started here, before those imports, from a glance at the command line: PortAudio's
-initialization (`vocal.portaudio`) for the commands that open a sound device, and a process
-that loads the speech engine (`vocal.speech_worker`) for the commands that speak. The glance only
+initialization (`vocal.audio.portaudio`) for the commands that open a sound device, and a process
+that loads the speech engine (`vocal.speaking.worker`) for the commands that speak. The glance only
 decides what to start early; Typer still parses and validates everything, and a command that
 turns out not to need them has cost work on the idle core.
 """
@@ -17,7 +17,7 @@ import sys
 
 #: Commands that open a sound device straight away.
 DEVICE_COMMANDS = frozenset({"listen", "speak", "converse", "play", "replay", "cue", "devices"})
-#: Commands that synthesize speech: their engine loads in a forked worker (vocal.speech_worker).
+#: Commands that synthesize speech: their engine loads in a forked worker (vocal.speaking.worker).
 SPEECH_COMMANDS = frozenset({"speak", "converse"})
 #: Options with which those commands read or write a file instead of a device.
 FILE_OPTIONS = frozenset({"--input", "-i", "--output", "-o"})
@@ -64,13 +64,13 @@ def main() -> None:
     mark("launch")
     argv = sys.argv[1:] if os.environ.get(ENV_SWITCH, "1") != "0" else []
     if will_speak(argv):  # first: it forks, and a fork must come before any thread
-        from vocal import speech_worker
+        from vocal.speaking import worker as speech_worker
 
         speech_worker.start(engine=option_value(argv, "--engine"),
                             voice=option_value(argv, "--voice"))  # fmt: skip
         mark("worker_forked")
     if needs_device(argv):
-        from vocal import portaudio
+        from vocal.audio import portaudio
 
         portaudio.start()
     from vocal.cli import main as run_cli

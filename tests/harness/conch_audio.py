@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vocal.audio import Audio, write_wav
+from vocal.audio.wav import Audio, write_wav
 
 SAMPLE_RATE = 16_000
 BLOCK_FRAMES = 160  # 10 ms: FFT bins 100 Hz apart, so tones on multiples of 100 Hz are exact
@@ -39,7 +39,7 @@ class MonitorRecorder:
     """Records the default source (the speaker's monitor) in 10 ms blocks with their times."""
 
     def __init__(self) -> None:
-        from vocal.devices import Microphone
+        from vocal.audio.devices import Microphone
 
         self.mic = Microphone(SAMPLE_RATE, block_frames=BLOCK_FRAMES)
         self.blocks: list[np.ndarray] = []

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import subprocess
 
-from vocal.conch import Conch
 from vocal.config import load_settings
+from vocal.floor.conch import Conch
 
 
 def floor() -> Conch:

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from harness.conch_audio import MonitorRecorder
-from vocal.audio import read_wav
+from vocal.audio.wav import read_wav
 from vocal.config import load_settings
-from vocal.speech import SpeakOptions, speak
+from vocal.speaking.speak import SpeakOptions, speak
 
 MONITOR_RATE = 16_000
 #: A 10 ms monitor block with speech in it (espeak speech: RMS 0.02-0.2; the null sink's

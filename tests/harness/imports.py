@@ -18,7 +18,7 @@ HEAVY = {
 
 #: What `vocal replay` must not load: it plays stored PCM, with no speech engine.
 HEAVY_FOR_REPLAY = {"vocal.stt", "vocal.tts", "faster_whisper", "ctranslate2", "hibari",
-                    "onnxruntime", "mlx_whisper", "vocal.vad"}  # fmt: skip
+                    "onnxruntime", "mlx_whisper", "vocal.audio.vad"}  # fmt: skip
 
 
 def imported_by(*args: str) -> set[str]:

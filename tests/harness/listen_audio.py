@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from harness.sounds import espeak
-from vocal.audio import STT_SAMPLE_RATE, Audio
+from vocal.audio.wav import STT_SAMPLE_RATE, Audio
 
 RATE = STT_SAMPLE_RATE
 

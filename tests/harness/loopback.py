@@ -46,7 +46,7 @@ def align(recorded: np.ndarray, reference: np.ndarray) -> int:
 
 
 def captured(mic: Any, sample_rate: int = 16_000) -> tuple[np.ndarray, np.ndarray]:
-    """All samples of a closed `vocal.devices.Microphone` and each one's capture time
+    """All samples of a closed `vocal.audio.devices.Microphone` and each one's capture time
     (monotonic s), from the time stamp of the block it came in."""
     blocks = list(mic.blocks())
     samples = np.concatenate([b.samples for b in blocks])

@@ -30,8 +30,8 @@ class SimulatedPerson:
         self._thread.join(30)
 
     def _run(self) -> None:
-        from vocal.control import ControlError, endpoints, send_command
-        from vocal.devices import Player
+        from vocal.audio.player import Player
+        from vocal.floor.control import ControlError, endpoints, send_command
 
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

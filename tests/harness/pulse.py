@@ -97,7 +97,8 @@ def warm_up_streams(sinks: PulseSinks) -> None:
     sink is warmed by pointing them at it in turn."""
     import numpy as np
 
-    from vocal.devices import Microphone, Player
+    from vocal.audio.devices import Microphone
+    from vocal.audio.player import Player
 
     for sink in (sinks.room, sinks.speaker):  # the speaker last: the route tests start with
         os.environ.update(sinks.route(sink, f"{sink}.monitor"))

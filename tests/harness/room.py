@@ -162,7 +162,7 @@ def _pipe_bytes(pipe: Any) -> int:
 
 
 def _read_near(path: str) -> np.ndarray:
-    from vocal.audio import read_wav
+    from vocal.audio.wav import read_wav
 
     return read_wav(path).to_mono().resample(SAMPLE_RATE).mono_samples.astype(np.float32)
 
@@ -440,8 +440,8 @@ class TurnRecording:
     cleaned: np.ndarray
     start_s: float  # monotonic capture time of the first sample
     first_loud_s: float | None
-    barge_in: Any  # vocal.bargein.BargeIn | None
-    detector: Any  # vocal.bargein.BargeInDetector | None
+    barge_in: Any  # vocal.duplex.bargein.BargeIn | None
+    detector: Any  # vocal.duplex.bargein.BargeInDetector | None
     stopped_at_s: float | None  # when the detector's stop callback returned
     played_s: float  # seconds of the reply sent to the device
     overflows: int
@@ -455,7 +455,7 @@ class TurnRecording:
 
 
 def aec_module_default(name: str) -> Any:
-    from vocal import aec as aec_module
+    from vocal.duplex import aec as aec_module
 
     return getattr(aec_module, name)
 
@@ -478,9 +478,10 @@ def play_turn(
     wires them. With `speech_probability`, a `BargeInDetector` watches the cleaned signal and
     stops the player. Returns when playback has ended (or been stopped) and `after_s` (or
     `listen_after_barge_in_s` after a barge-in) has passed."""
-    from vocal import aec as aec_module
-    from vocal.bargein import BargeInDetector
-    from vocal.devices import Microphone, Player
+    from vocal.audio.devices import Microphone
+    from vocal.audio.player import Player
+    from vocal.duplex import aec as aec_module
+    from vocal.duplex.bargein import BargeInDetector
 
     aec_module._reset_shared_apm()  # every turn is a new process: a fresh canceller
     canceller = aec_module.EchoCanceller(

@@ -8,13 +8,13 @@ import subprocess
 
 import numpy as np
 
-from vocal.audio import STT_SAMPLE_RATE, Audio, parse_wav
+from vocal.audio.wav import STT_SAMPLE_RATE, Audio, parse_wav
 
 
 @functools.lru_cache(maxsize=64)
 def espeak(text: str, *, voice: str = "en-us", words_per_minute: int = 160) -> Audio:
     """`text` spoken by espeak-ng, mono 16 kHz. espeak's --stdout header has a placeholder
-    length, which vocal.audio reads to end of file."""
+    length, which vocal.audio.wav reads to end of file."""
     wav = subprocess.run(
         ["espeak-ng", "-v", voice, "-s", str(words_per_minute), "--stdout", text],
         check=True, capture_output=True, timeout=30,

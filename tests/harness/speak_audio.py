@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from vocal.audio import STT_SAMPLE_RATE, Audio, parse_wav, resample, wav_bytes
+from vocal.audio.wav import STT_SAMPLE_RATE, Audio, parse_wav, resample, wav_bytes
 
 
 @functools.lru_cache(maxsize=1)
@@ -164,7 +164,7 @@ class Recorder:
     _thread: threading.Thread | None = None
 
     def start(self) -> Recorder:
-        from vocal.devices import Microphone
+        from vocal.audio.devices import Microphone
 
         self._mic = Microphone(self.sample_rate, block_frames=160).open()
 
@@ -229,6 +229,6 @@ def wait_until(predicate: Any, timeout_s: float = 10.0) -> bool:
 
 
 def read_output_wav(path: Path) -> Audio:
-    from vocal.audio import read_wav
+    from vocal.audio.wav import read_wav
 
     return read_wav(path)

@@ -10,7 +10,7 @@ import typer
 from vocal.commands._app import command_app, finite
 
 if TYPE_CHECKING:
-    from vocal.conch import Conch
+    from vocal.floor.conch import Conch
 
 app = command_app(no_args_is_help=True)
 
@@ -18,8 +18,8 @@ _SESSION_HELP = "The session (default VOCAL_SESSION)."
 
 
 def _conch() -> Conch:
-    from vocal.conch import Conch
     from vocal.config import load_settings
+    from vocal.floor.conch import Conch
 
     return Conch.from_settings(load_settings())
 
@@ -132,8 +132,9 @@ def wait(
     30 s) or `wait` again within VOCAL_CONCH_REMOTE_TTL (default 90 s); calling `wait` again
     takes the floor once it is granted. `vocal conch leave` gives the place up.
     """
-    from vocal.conch import Conch, ConchBusy, interrupt_on_signals
     from vocal.config import load_settings
+    from vocal.floor.conch import Conch, interrupt_on_signals
+    from vocal.floor.conch_records import ConchBusy
 
     settings = load_settings(session=session, agent=agent)
     name = _session(settings.session, "wait")
@@ -146,7 +147,7 @@ def wait(
         outcome = Conch.from_settings(settings).wait_remote(name, agent=settings.agent,
                                                             timeout_s=limit_s)  # fmt: skip
     if outcome.granted and settings.auto_focus_pane:
-        from vocal.focus import focus_pane
+        from vocal.floor.focus import focus_pane
 
         focus_pane(settings)
     if as_json:
@@ -174,7 +175,7 @@ def heartbeat(
     "granted" when the floor waits for it: call `vocal conch wait` to take it). Exit 3 if the
     session has no place (never joined, left, or dropped): call `vocal conch wait` again.
     """
-    from vocal.conch import ConchBusy
+    from vocal.floor.conch_records import ConchBusy
 
     name = _session(session, "heartbeat")
     conch = _conch()

@@ -20,9 +20,9 @@ _TIMEOUT = typer.Option(2.0, "--timeout", min=0.1, help="Seconds to wait for the
 def _send(cmd: str, pid: int | None, session: str | None, as_json: bool,
           timeout: float) -> dict[str, Any] | None:  # fmt: skip
     """Send `cmd` to the chosen turn and print the reply; None if no turn is running."""
-    from vocal.conch import Conch
     from vocal.config import load_settings
-    from vocal.control import ControlError, find_endpoint, send_command
+    from vocal.floor.conch import Conch
+    from vocal.floor.control import ControlError, find_endpoint, send_command
 
     settings = load_settings()
     holder = None if pid or session else Conch.from_settings(settings).status().holder
@@ -43,7 +43,7 @@ def _send(cmd: str, pid: int | None, session: str | None, as_json: bool,
 
 
 def _no_turn() -> None:
-    from vocal.control import ControlError
+    from vocal.floor.control import ControlError
 
     raise ControlError("no running vocal turn to control", hint="nothing is speaking now")
 
@@ -102,8 +102,8 @@ def skip_back(pid: int | None = _PID, session: str | None = _SESSION, as_json: b
         return
     from vocal.config import load_settings
     from vocal.errors import UsageError
-    from vocal.history import History
-    from vocal.turn import replay
+    from vocal.floor.history import History
+    from vocal.floor.turn import replay
 
     settings = load_settings()
     utterance = History.from_settings(settings).step_back()
@@ -120,7 +120,7 @@ def status_(pid: int | None = _PID, session: str | None = _SESSION, as_json: boo
             timeout: float = _TIMEOUT) -> None:  # fmt: skip
     """What the running turns are doing (all of them, or one with --pid/--session)."""
     from vocal.config import load_settings
-    from vocal.control import endpoints, send_command
+    from vocal.floor.control import endpoints, send_command
 
     if pid or session:
         reply = _send("status", pid, session, as_json, timeout)

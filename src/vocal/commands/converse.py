@@ -87,10 +87,11 @@ def converse(
 
     started_at_s = time.monotonic()
     from vocal.config import load_settings
-    from vocal.converse import STOPPED_MARKER, ConverseOptions
-    from vocal.converse import converse as converse_turn
+    from vocal.duplex.converse import STOPPED_MARKER
+    from vocal.duplex.converse import converse as converse_turn
+    from vocal.duplex.options import ConverseOptions
     from vocal.errors import NoSpeechError
-    from vocal.speech import text_argument
+    from vocal.speaking.speak import text_argument
 
     # Click's float options take "nan" and "inf", and NaN passes their `min=` (issue 17).
     text, from_stdin = text_argument(text)

@@ -39,7 +39,7 @@ def cue(
     Exit codes: 0 played or skipped, 2 bad EVENT/--tool or an undecodable file, 5 no audio
     output.
     """
-    from vocal.cues import cue_settings, hook_snippet, play_cue, report, tool_from_hook_input
+    from vocal.agents.cues import cue_settings, hook_snippet, play_cue, report, tool_from_hook_input
     from vocal.errors import UsageError
 
     if install_snippet:

@@ -19,7 +19,7 @@ def devices(
     """
     import json
 
-    from vocal.devices import NO_DEVICE_HINT, list_devices
+    from vocal.audio.devices import NO_DEVICE_HINT, list_devices
     from vocal.errors import DeviceError
 
     found = list_devices()

@@ -39,8 +39,8 @@ def doctor(
 
     Exit codes: 0 when no check fails (warnings allowed), 1 when any check fails.
     """
-    from vocal.doctor import DoctorOptions, failed, run_checks
     from vocal.errors import VocalError
+    from vocal.ops.doctor import DoctorOptions, failed, run_checks
 
     checks = run_checks(DoctorOptions(listen_s=listen_s))
     if json_output:

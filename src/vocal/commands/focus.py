@@ -29,7 +29,7 @@ def hold(
     `bind-key H run-shell "vocal focus hold"`.
     """
     from vocal.config import load_settings
-    from vocal.focus import hold_focus
+    from vocal.floor.focus import hold_focus
 
     result = hold_focus(load_settings(), seconds)
     typer.echo(f"focus held on {result.active}", err=True)
@@ -39,7 +39,7 @@ def hold(
 def release() -> None:
     """End a focus hold on this tmux session: the next speaker's pane is selected again."""
     from vocal.config import load_settings
-    from vocal.focus import release_focus
+    from vocal.floor.focus import release_focus
 
     if not release_focus(load_settings()):
         typer.echo("no focus hold to release", err=True)
@@ -51,7 +51,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print the record 
     import time
 
     from vocal.config import load_settings
-    from vocal.focus import focus_record
+    from vocal.floor.focus import focus_record
 
     info = focus_record(load_settings())
     if as_json:

@@ -36,7 +36,7 @@ def install(agent: str = AGENT, scope: str = SCOPE, json_output: bool = JSON) ->
     blockquotes in the background; SessionStart runs `vocal warmup --detach`. Running it again
     changes nothing; the original file is kept as settings.json.vocal-backup.
     """
-    from vocal.hooks import install as install_hooks
+    from vocal.agents.hooks import install as install_hooks
 
     _show(install_hooks(scope, agent=agent), json_output)
 
@@ -47,7 +47,7 @@ def remove(agent: str = AGENT, scope: str = SCOPE, json_output: bool = JSON) -> 
 
     If the file is as install left it, the original comes back byte for byte.
     """
-    from vocal.hooks import remove as remove_hooks
+    from vocal.agents.hooks import remove as remove_hooks
 
     _show(remove_hooks(scope, agent=agent), json_output)
 
@@ -57,8 +57,8 @@ def status(agent: str = AGENT, json_output: bool = JSON) -> None:
     """Show where vocal's hooks are installed (user and project scope)."""
     import json
 
-    from vocal.hooks import SCOPES
-    from vocal.hooks import status as hook_status
+    from vocal.agents.hooks import SCOPES
+    from vocal.agents.hooks import status as hook_status
 
     reports = [hook_status(scope, agent=agent) for scope in SCOPES]
     if json_output:
@@ -89,9 +89,9 @@ def reply(
     import json
     import sys
 
+    from vocal.agents.hooks import reply_from_event, speak_reply_detached
     from vocal.config import load_settings
-    from vocal.hooks import reply_from_event, speak_reply_detached
-    from vocal.speech import decode_input
+    from vocal.speaking.speak import decode_input
 
     # A hook's event is a small JSON object (the reply itself is read from the transcript
     # file it names); anything past this is not one, and is never read into memory whole.

@@ -89,9 +89,10 @@ def listen(
     anyone spoke (or pressed twice).
     """
     # The microphone opens first: everything else (numpy, the VAD, Whisper) loads while it
-    # records, since a turn is a process (vocal.devices imports no numpy for this).
+    # records, since a turn is a process (vocal.audio.devices imports no numpy for this).
+    from vocal.audio.devices import Microphone
+    from vocal.audio.file_devices import WavSource
     from vocal.config import load_settings
-    from vocal.devices import Microphone, WavSource
     from vocal.errors import UsageError
 
     # Click's float options take "nan" and "inf", and NaN passes their `min=` (issue 17).
@@ -116,8 +117,9 @@ def listen(
     import threading
 
     from vocal.errors import Interrupted, NoSpeechError
-    from vocal.listening import ctrl_c_ends, listen_options, stt_loader
-    from vocal.listening import listen as listen_once
+    from vocal.hearing.listening import ctrl_c_ends, listen_options
+    from vocal.hearing.listening import listen as listen_once
+    from vocal.hearing.stt_loading import stt_loader
 
     try:
         options = listen_options(settings, vad=vad, seconds=seconds)
@@ -127,7 +129,7 @@ def listen(
     loader = stt_loader(settings)
     turn_loader = None
     if options.vad and options.end_of_turn.enabled:
-        from vocal.endofturn import TurnModelLoader
+        from vocal.hearing.endofturn import TurnModelLoader
 
         turn_loader = TurnModelLoader()
     meter = LevelMeter() if input_file is None and sys.stderr.isatty() else None
@@ -144,7 +146,7 @@ def listen(
             turn_loader.wait()
 
     if save is not None:
-        from vocal.audio import write_wav
+        from vocal.audio.wav import write_wav
 
         write_wav(save, result.recording)
     if json_output:

@@ -21,7 +21,7 @@ def mute(
     import json
 
     from vocal.config import load_settings
-    from vocal.gates import set_muted
+    from vocal.floor.gates import set_muted
 
     gates = set_muted(load_settings().home, True)
     if json_output:

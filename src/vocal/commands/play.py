@@ -51,10 +51,10 @@ def play(
     granted in time or is taken while playing (`vocal conch bump`), 5 when no audio output
     device can be opened, 130 on Ctrl-C or SIGTERM (playback stops at once).
     """
-    from vocal.audio import read_wav
+    from vocal.audio.playback import play_audio
+    from vocal.audio.wav import read_wav
     from vocal.config import load_settings
-    from vocal.playback import play_audio
-    from vocal.turn import Turn
+    from vocal.floor.turn import Turn
 
     audio = read_wav(file)
     if output is not None:  # a file is not the speaker: no floor to take

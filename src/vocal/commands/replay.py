@@ -38,7 +38,7 @@ def replay(
     from here.
     """
     from vocal.config import load_settings
-    from vocal.history import History
+    from vocal.floor.history import History
 
     settings = load_settings(session=session, agent=agent)
     history = History.from_settings(settings)
@@ -52,11 +52,11 @@ def replay(
         return
     utterance = history.get(n)
     if output is not None:
-        from vocal.audio import write_wav
+        from vocal.audio.wav import write_wav
 
         write_wav(output, utterance.audio())
         return
-    from vocal.turn import replay as replay_utterance
+    from vocal.floor.turn import replay as replay_utterance
 
     result = replay_utterance(settings, utterance, use_conch=not no_conch, device=device,
                               volume=volume)  # fmt: skip

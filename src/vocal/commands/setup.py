@@ -46,7 +46,7 @@ def setup(
     Exit codes: 0 ok, 2 bad options, 4 the proof heard nobody (nothing written), 5 offline or
     an engine or device is unavailable (nothing written).
     """
-    from vocal.onboarding import SetupChoices, run_setup
+    from vocal.ops.onboarding import SetupChoices, run_setup
 
     choices = SetupChoices(
         stt_model=model, tts_engine=tts_engine, voice=voice, fetch_engines=tuple(engine)

@@ -100,8 +100,8 @@ def speak(
     import json
 
     from vocal.config import load_settings
-    from vocal.speech import SpeakOptions, process_started_at_s, text_argument
-    from vocal.speech import speak as speak_text
+    from vocal.speaking.speak import SpeakOptions, process_started_at_s, text_argument
+    from vocal.speaking.speak import speak as speak_text
     from vocal.timeline import mark, since
 
     text, from_stdin = text_argument(text)
@@ -138,7 +138,7 @@ def _speak_piece(text: str, options: object, settings: object, message: str | No
     import json
 
     from vocal.errors import UsageError
-    from vocal.speech import speak_piece
+    from vocal.speaking.piece_speaker import speak_piece
 
     if message is None or piece is None:
         raise UsageError("pieces need both --message ID and --piece N")

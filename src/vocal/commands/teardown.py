@@ -38,8 +38,8 @@ def teardown(
 
     from vocal.config import load_settings
     from vocal.errors import UsageError
-    from vocal.teardown import check_home, installed_hook_files, left_behind, plan
-    from vocal.teardown import teardown as run_teardown
+    from vocal.ops.teardown import check_home, installed_hook_files, left_behind, plan
+    from vocal.ops.teardown import teardown as run_teardown
 
     settings = load_settings()
     check_home(settings, adopt=False)  # a directory that is not vocal's: refused before asking

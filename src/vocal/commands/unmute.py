@@ -17,7 +17,7 @@ def unmute(
     import json
 
     from vocal.config import load_settings
-    from vocal.gates import set_muted
+    from vocal.floor.gates import set_muted
 
     gates = set_muted(load_settings().home, False)
     if json_output:

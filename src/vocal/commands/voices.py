@@ -11,21 +11,21 @@ from vocal.commands._app import command_app
 
 if TYPE_CHECKING:
     from vocal.config import Settings
-    from vocal.voices import VoiceStore
+    from vocal.tts.voices import VoiceStore
 
 app = command_app(no_args_is_help=True)
 
 
 def _store() -> tuple[Settings, VoiceStore]:
     from vocal.config import load_settings
-    from vocal.voices import VoiceStore
+    from vocal.tts.voices import VoiceStore
 
     settings = load_settings()
     return settings, VoiceStore.from_settings(settings)
 
 
 def _weights_status(settings: Settings) -> str:
-    from vocal.tts.chatterbox import missing_weights
+    from vocal.tts.chatterbox_weights import missing_weights
 
     root, missing = missing_weights(settings)
     if not missing:
@@ -65,7 +65,7 @@ def add(
         f"({report.gain_db:+.1f} dB) in {voice.path}",
         err=True,
     )
-    from vocal.tts.chatterbox import missing_weights
+    from vocal.tts.chatterbox_weights import missing_weights
 
     if missing_weights(settings)[1]:
         typer.echo(f"note: cloning engine {_weights_status(settings)}", err=True)
@@ -80,7 +80,7 @@ def list_voices(
     A voice that cannot speak (several samples and no default.wav, no samples, a broken
     link) is listed with `!` and the reason.
     """
-    from vocal.voices import voices_json
+    from vocal.tts.voices import voices_json
 
     settings, store = _store()
     voices = store.voices()
@@ -168,7 +168,7 @@ def remove(name: str = typer.Argument(..., help="The voice to delete.")) -> None
 
     Its samples, description and persona go with it.
     """
-    from vocal.tts.chatterbox import conditioning_cache_dir
+    from vocal.tts.chatterbox_model import conditioning_cache_dir
 
     settings, store = _store()
     path = store.remove(name)
@@ -197,15 +197,16 @@ def preview(
     """
     import json
 
-    from vocal.audio import Audio
+    from vocal.audio.playback import play_audio
+    from vocal.audio.wav import Audio
     from vocal.errors import UsageError
-    from vocal.playback import play_audio
     from vocal.tts import load_tts
-    from vocal.voices import CLONING_ENGINE, resolve_voice
+    from vocal.tts.resolve import resolve_stored_voice
+    from vocal.tts.voices import CLONING_ENGINE
 
     settings, store = _store()
     store.get(name)  # an unknown voice is exit 2, not a built-in voice of another engine
-    engine_name, voice = resolve_voice(name, settings, engine=CLONING_ENGINE)
+    engine_name, voice = resolve_stored_voice(name, settings, engine=CLONING_ENGINE)
     if engine_name != CLONING_ENGINE:  # pragma: no cover - store.get raised already
         raise UsageError(f"{name!r} is not a stored voice")
     engine = load_tts(CLONING_ENGINE, voice=voice, settings=settings)

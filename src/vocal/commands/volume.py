@@ -24,7 +24,7 @@ def volume(
     import json
 
     from vocal.config import load_settings
-    from vocal.gates import read_gates, set_volume
+    from vocal.floor.gates import read_gates, set_volume
 
     home = load_settings().home
     gates = read_gates(home) if percent is None else set_volume(home, percent)

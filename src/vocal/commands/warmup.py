@@ -27,7 +27,7 @@ def warmup(
     import sys
 
     from vocal.config import load_settings
-    from vocal.warmup import start_detached, warm_up
+    from vocal.ops.warmup import start_detached, warm_up
 
     settings = load_settings(tts_engine=engine)
     if detach:

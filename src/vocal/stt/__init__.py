@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from vocal.errors import EngineError
 
 if TYPE_CHECKING:
-    from vocal.audio import Audio
+    from vocal.audio.wav import Audio
 
 #: name -> "module:Class"; the class takes (model: str, **options).
 ENGINES: dict[str, str] = {

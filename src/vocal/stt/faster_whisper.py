@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vocal.errors import EngineError
+from vocal.hub import first_line, hub_snapshot
 from vocal.stt import Transcript
 from vocal.stt.models import (
     EMBEDDED_MODEL,
     choose_language,
     embedded_model_path,
-    first_line,
-    hub_snapshot,
     local_model_dir,
     looks_like_path,
 )
@@ -42,7 +41,7 @@ from vocal.stt.models import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from vocal.audio import Audio
+    from vocal.audio.wav import Audio
 
 #: Utterances up to this long get a short encoder window (see the module docstring).
 SHORT_WINDOW_MAX_S = 20.0
@@ -159,7 +158,7 @@ class FasterWhisperEngine:
         CTranslate2's first-call set-up (buffers, kernels): measured here, the first
         transcription of a 3 s phrase took 0.48 s median cold and 0.34 s after this warm-up
         (5 interleaved processes each, load ~3), and the warm-up itself 0.32-0.46 s. Callers
-        run it in the background (vocal.listening.SttLoader), while the reply plays."""
+        run it in the background (vocal.hearing.stt_loading.SttLoader), while the reply plays."""
         import numpy as np
 
         noise = np.random.default_rng(0).standard_normal(16_000).astype(np.float32) * 1e-3

@@ -30,13 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vocal.errors import EngineError
+from vocal.hub import first_line, hub_snapshot
 from vocal.stt import Transcript
 from vocal.stt.models import (
     EMBEDDED_MODEL,
     choose_language,
     embedded_model_path,
-    first_line,
-    hub_snapshot,
     local_model_dir,
     looks_like_path,
 )
@@ -44,7 +43,7 @@ from vocal.stt.models import (
 if TYPE_CHECKING:
     import numpy as np
 
-    from vocal.audio import Audio
+    from vocal.audio.wav import Audio
 
 #: Model names -> the hub's MLX conversions.
 HUB_MODELS = {

@@ -11,20 +11,12 @@ model, used as it is.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from vocal.errors import EngineError
 
 #: The model every engine uses when none is named; shipped in a package, never downloaded.
 EMBEDDED_MODEL = "tiny.en"
-OFFLINE_HINT = "connect to the network once to fetch it, or pass --model PATH to a local model"
-
-
-def first_line(exc: BaseException) -> str:
-    """An exception's message cut to one line (errors are one line, DESIGN.md)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def embedded_model_path() -> Path | None:
@@ -67,57 +59,6 @@ def local_model_dir(model: str, *, required: tuple[str, ...]) -> Path:
         if not os.access(path / name, os.R_OK):
             raise EngineError(f"model file {path / name}: permission denied")
     return path
-
-
-def rich_progress_class() -> type | None:
-    """tqdm's Rich front end, for huggingface_hub's download bars (bytes, rate, time left);
-    None (the hub's plain bars) where rich is not installed."""
-    import warnings
-
-    try:
-        from tqdm import TqdmExperimentalWarning
-        from tqdm.rich import tqdm
-    except ImportError:
-        return None
-    warnings.filterwarnings("ignore", category=TqdmExperimentalWarning)
-    return tqdm
-
-
-def hub_snapshot(repo_id: str, *, allow_patterns: list[str], what: str) -> Path:
-    """A hub repository's files, from the local cache or downloaded with a progress bar.
-
-    The cache is tried first with no network at all; a download shows progress only when
-    stderr is a terminal (scripts and cron get no progress bars). Offline, or for a repository
-    the hub does not have, raises EngineError (exit 5) saying what to do.
-    """
-    import huggingface_hub
-
-    try:
-        return Path(
-            huggingface_hub.snapshot_download(
-                repo_id, allow_patterns=allow_patterns, local_files_only=True
-            )
-        )
-    except Exception:  # not cached yet: fetch it below
-        pass
-    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
-        raise EngineError(f"{what} is not downloaded and HF_HUB_OFFLINE is set", hint=OFFLINE_HINT)
-    interactive = sys.stderr.isatty()
-    if interactive:
-        print(f"vocal: downloading {what} from {repo_id} (once)", file=sys.stderr, flush=True)
-    kwargs: dict[str, object] = {"allow_patterns": allow_patterns}
-    if interactive:
-        kwargs["tqdm_class"] = rich_progress_class()
-    else:
-        from huggingface_hub.utils import disable_progress_bars
-
-        disable_progress_bars()
-    try:
-        return Path(huggingface_hub.snapshot_download(repo_id, **kwargs))
-    except Exception as exc:
-        raise EngineError(
-            f"cannot download {what} ({first_line(exc)})", hint=OFFLINE_HINT
-        ) from None
 
 
 def choose_language(model: str, multilingual: bool, language: str | None) -> str | None:

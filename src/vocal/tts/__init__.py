@@ -1,7 +1,7 @@
 """Text to speech: one interface that yields audio sentence by sentence, engines by name.
 
 An engine turns one sentence into mono float32 samples at its `sample_rate`. The caller splits
-text into sentences and synthesizes the next while the current one plays (vocal.speech).
+text into sentences and synthesizes the next while the current one plays (vocal.speaking.speech).
 Engines are listed in `ENGINES` as "module:Class" strings and imported on demand, so naming one
 costs nothing until it speaks (STYLE.md: fast start).
 
@@ -21,8 +21,6 @@ from vocal.errors import EngineError, UsageError
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from vocal.config import Settings
 
 #: name -> "module:Class"; the class takes (voice: str | None = None, **options).
 ENGINES: dict[str, str] = {
@@ -67,7 +65,7 @@ class TtsEngine:
     multilingual: ClassVar[bool] = False
     #: The voice in use (None: the engine's default).
     voice: str | None = None
-    #: Modules the speech worker (vocal.speech_worker) imports before it builds the engine.
+    #: Modules the speech worker (vocal.speaking.worker) imports before it builds the engine.
     preload_modules: ClassVar[tuple[str, ...]] = ()
 
     def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:
@@ -140,45 +138,6 @@ def unknown_voice(engine: str, voice: str, known: list[str]) -> UsageError:
     return UsageError(f"unknown voice {voice!r} for the {engine} engine", hint=hint)
 
 
-#: Engines searched for a voice name when no engine is named (local ones: listing is free).
-_VOICE_SEARCH = ("hibari", "espeak-ng", "piper")
-
-
-def resolve_voice(
-    voice: str | None, engine: str | None, settings: Settings
-) -> tuple[str, str | None]:
-    """The one place a voice name becomes (engine name, engine voice).
-
-    `voice` may be "ENGINE:VOICE". With an engine named (flag, VOCAL_TTS_ENGINE or config), the
-    voice is that engine's and the engine checks it. With none, a voice of the default engine
-    is used as is, else the first local engine that has a voice of that name (`--voice en-gb`
-    picks espeak-ng). A stored voice (`vocal voices add`) comes first, before any engine's
-    built-in voice of that name: it speaks through the chatterbox engine, and the voice is the
-    path of its reference clip; its cloning weights must be there (else an `EngineError`,
-    exit 5, naming the missing files and how to get them, rather than another voice).
-    """
-    if voice is not None and ":" in voice and not voice.startswith(("/", ".", "~")):
-        prefix, _, rest = voice.partition(":")
-        return canonical_name(prefix), rest or None
-    # Stored voice names hold no ":" (vocal.voices.validate_voice_name). Looking at the
-    # directory first keeps `--voice en-gb` from importing the voice store.
-    if voice is not None and "/" not in voice and (settings.voices_dir / voice).is_dir():
-        from vocal.voices import stored_voice
-
-        found = stored_voice(voice, settings, engine=canonical_name(engine) if engine else None)
-        if found is not None:
-            return found
-    name = canonical_name(engine or settings.tts_engine)
-    if voice is None or engine is not None:
-        return name, voice
-    for candidate in (name, *[e for e in _VOICE_SEARCH if e != name]):
-        if voice in voice_names(candidate, settings=settings):
-            return candidate, voice
-    if name not in _VOICE_SEARCH:  # HTTP engines: the server knows its voices
-        return name, voice
-    raise unknown_voice(name, voice, voice_names(name, settings=settings))
-
-
 __all__ = [
     "ENGINES",
     "ALIASES",
@@ -187,7 +146,6 @@ __all__ = [
     "canonical_name",
     "engine_class",
     "load_tts",
-    "resolve_voice",
     "tts_cache_dir",
     "unknown_voice",
     "voice_names",

@@ -2,7 +2,7 @@
 
 One `espeak-ng --stdout` process per sentence, text on stdin and arguments as a list (never a
 shell string), so no text can be taken for an option or a shell word. Its streamed WAV header
-carries a placeholder length, which vocal.audio.parse_wav reads to the end of the data.
+carries a placeholder length, which vocal.audio.wav.parse_wav reads to the end of the data.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class EspeakEngine(TtsEngine):
         return unique
 
     def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:
-        from vocal.audio import parse_wav
+        from vocal.audio.wav import parse_wav
         from vocal.errors import AudioFormatError
 
         words_per_minute = round(min(_MAX_WPM, max(_MIN_WPM, BASE_WORDS_PER_MINUTE * speed)))

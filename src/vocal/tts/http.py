@@ -114,7 +114,7 @@ class OpenAiEngine(TtsEngine):
         return list(OPENAI_VOICES)
 
     def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:
-        from vocal.audio import parse_wav
+        from vocal.audio.wav import parse_wav
         from vocal.errors import AudioFormatError
 
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}

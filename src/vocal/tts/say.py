@@ -2,7 +2,7 @@
 of every sample, and stop/pause work the same as for any engine).
 
 `say -o FILE --file-format=WAVE --data-format=LEF32@22050 -f -` writes 32-bit float WAV that
-vocal.audio reads; the text goes on stdin (`-f -`), never as an argument.
+vocal.audio.wav reads; the text goes on stdin (`-f -`), never as an argument.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class SayEngine(TtsEngine):
             return []
 
     def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:
-        from vocal.audio import read_wav
+        from vocal.audio.wav import read_wav
         from vocal.errors import AudioFormatError
 
         fd, path = tempfile.mkstemp(prefix="vocal-say-", suffix=".wav")

@@ -1,0 +1,1 @@
+"""Agent integration: hooks installed into agents and the cues they play."""

@@ -1,0 +1,379 @@
+"""Barge-in: stop the reply when the person talks over it, and keep what they said.
+
+`BargeInDetector` watches the echo-cancelled capture while the reply plays. It asks a speech
+probability function (Silero VAD, `vocal.audio.vad.SileroVad`; any `chunk -> float`) about each
+512-sample chunk and, after `consecutive_chunks` speech chunks in a row (`fast_chunks` while
+the canceller is known to cancel the echo well: `EchoCanceller.attenuation_db`), calls the stop
+callback once (`Player.stop`, the kill handle) and returns a `BargeIn` holding the chunks that
+made it fire plus `pre_roll_ms` before them, so the interrupting words reach the transcript.
+
+Two windows are inhibited, where what is left of the echo after cancellation can look like
+speech (values measured on the room harness, benchmarks/aec; see `BargeInOptions`):
+- the start of playback, while AEC3 converges (`convergence_inhibit_ms` from the first loud
+  block played), since each turn is a new process with a fresh canceller;
+- the room's tail after the far end turns quiet (`tail_inhibit_ms` after the end of each
+  sentence, or any pause in it);
+- after an audio glitch (an output underflow or input overflow shifts the echo path, and AEC3
+  re-converges: `glitch_inhibit_ms` from when the detector sees the glitch counter move).
+An inhibited chunk is still given to the probability function (Silero is recurrent and must
+follow the stream) but breaks a run of speech chunks, so echo on either side of a window never
+adds up to a barge-in. When the far end's state is unknown (no `activity`), nothing is inhibited.
+
+Outside those windows AEC3 can still lose the echo path for a moment, and Silero can take what
+it lets through for speech (1 long reply in 10 on the room harness, ~2 s in). A double-talk
+test tells that from a person (`BargeInOptions.double_talk_db`, `echo_levels`): a person adds
+energy at the raw microphone beyond what the played level predicts through the echo path's
+gain (learnt from the chunks that are not speech-like); residual echo does not, since the raw
+microphone holds only echo. A run of speech chunks fires only once one of its chunks passes it.
+
+The detector runs in the consumer thread that reads `Microphone.blocks()`, never in the audio
+callback: it stops playback within one capture block (32 ms) of the deciding chunk.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+
+SpeechProbability = Callable[["np.ndarray"], float]
+
+
+class FarEndActivity(Protocol):
+    """What the detector needs to know about playback (`vocal.duplex.aec_frames.RenderActivity`)."""
+
+    first_loud_s: float | None
+    quiet_since_s: float | None
+
+
+@dataclass(frozen=True)
+class BargeInOptions:
+    """Thresholds and windows of the barge-in detector.
+
+    Defaults, from benchmarks/aec and benchmarks/converse on the room harness
+    (benchmarks/RESULTS.md, "echo cancellation and barge-in"): 3 chunks of Silero >= 0.5 (96 ms;
+    DESIGN.md saw 3-5 chunks fire 0.25-0.29 s after the person starts; 2 chunks alone added false
+    barge-ins), but 2 while the canceller is known to take >= 30 dB out of the echo
+    (`fast_chunks`): where echo made speech-like runs after convergence, AEC3 had lost the
+    echo path (attenuation 0-30 dB, after a stall), and a person's 2nd chunk comes ~35 ms
+    before the 3rd. On a glitch-free path the residual echo almost never made 3 speech chunks
+    in a row (1 run in 69); after glitches (ours or the room's) it did, at light load up to
+    1.2 s after playback started, 0.27 s into a pause of the far end and 0.4-1.9 s after a
+    glitch was noticed (the longer ones with the room stalling too): the windows cover most
+    of those.
+    """
+
+    threshold: float = 0.5
+    consecutive_chunks: int = 3
+    #: A run may begin with one chunk at or above this lower probability (Silero rises over
+    #: 2-3 chunks at an onset: 0.16, 0.59, ...), which fires one chunk (32 ms) earlier when
+    #: the onset passes through it; None: every chunk of the run must reach `threshold`.
+    onset_threshold: float | None = None
+    #: Chunks enough while the canceller is known to be cancelling well (None: always
+    #: `consecutive_chunks`). The run's first chunk decides: if the canceller took at least
+    #: `healthy_attenuation_db` out of the median of the `health_chunks` chunks (256 ms)
+    #: before it (`BargeInDetector(attenuation=...)`; every one of them known, i.e. with sound
+    #: to cancel, and none inhibited), the echo is well cancelled, residual echo that Silero
+    #: takes for speech is unlikely, and `fast_chunks` fire. Otherwise (no attenuation known,
+    #: the far end just resumed, AEC3 off its echo path after a stall, a noisy room)
+    #: `consecutive_chunks` must. Measured (benchmarks/converse): the deciding chunk ~35 ms
+    #: earlier when it applies, the same false barge-ins in 60 echo-only runs.
+    fast_chunks: int | None = 2
+    healthy_attenuation_db: float = 30.0
+    health_chunks: int = 8
+    #: A double-talk test (None: off): a run fires only once one of its chunks is at least
+    #: this many dB louder at the raw microphone than the echo the played level predicts
+    #: (`BargeInDetector(echo_levels=...)`, `EchoCanceller.echo_levels_db`). The echo path's
+    #: gain (raw level minus the loudest played level that can echo in the chunk) is tracked
+    #: as the `double_talk_percentile` of the last `double_talk_history` chunks that were
+    #: not speech-like (Silero below `threshold`, or inhibited) with the far end playing. A
+    #: person adds energy the played level does not predict; residual echo after AEC3 loses
+    #: the echo path (what Silero took for speech in every false barge-in seen on the room
+    #: harness: 2 in 20 echo-only long-reply runs) does not: the raw microphone still holds
+    #: only echo. Measured on benchmarks/converse traces (60 echo-only long-reply runs, 30
+    #: barge-ins): the echo chunks Silero took for speech came at most 0.4 dB above the
+    #: prediction (any echo chunk at most 2.7 dB), the person 5-9 dB within the first two
+    #: chunks of the deciding run; in tests/test_bargein.py (an espeak reply, its echo louder
+    #: against the person) only 2.7-3.8 dB at their onset, where 4 dB held 6 turns in 19 back
+    #: past 0.8 s: hence 2 dB. A person much quieter than the echo at the microphone is not
+    #: heard over the reply. While the gain is unknown (fewer than `double_talk_min_chunks`
+    #: echo chunks seen) or nothing plays, no run is held back.
+    double_talk_db: float | None = 2.0
+    double_talk_percentile: float = 95.0
+    double_talk_history: int = 150
+    double_talk_min_chunks: int = 10
+    #: A played level below this (dB of mean square, ~-60 dBFS RMS) predicts no echo.
+    double_talk_min_render_db: float = -60.0
+    convergence_inhibit_ms: int = 1200
+    #: After a resume (`BargeInDetector.hold`): residual echo made speech-like runs 0.7 and
+    #: 1.6 s after a 2 s pause's resume (tests/test_converse.py, 1 run in 4 and 1 in 8).
+    resume_inhibit_ms: int = 2500
+    tail_inhibit_ms: int = 300
+    glitch_inhibit_ms: int = 1500
+    #: Audio kept from before the first chunk of the deciding run. Silero is sure of the person
+    #: 0.17-0.37 s after their first sound in double talk (up to 0.7 s on a loaded machine),
+    #: since AEC3's suppressor holds the near end down at first: 600 ms keeps the onset.
+    pre_roll_ms: int = 600
+    sample_rate: int = 16_000
+    chunk_frames: int = 512
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.threshold < 1.0:
+            raise ValueError("threshold must be between 0 and 1")
+        if self.onset_threshold is not None and not 0.0 < self.onset_threshold <= self.threshold:
+            raise ValueError("onset_threshold must be between 0 and threshold")
+        if self.consecutive_chunks < 1:
+            raise ValueError("consecutive_chunks must be at least 1")
+        if self.fast_chunks is not None and not 1 <= self.fast_chunks <= self.consecutive_chunks:
+            raise ValueError("fast_chunks must be between 1 and consecutive_chunks")
+        if self.health_chunks < 1:
+            raise ValueError("health_chunks must be at least 1")
+        if not 0.0 <= self.double_talk_percentile <= 100.0:
+            raise ValueError("double_talk_percentile must be between 0 and 100")
+        if self.double_talk_history < 1 or self.double_talk_min_chunks < 1:
+            raise ValueError("double_talk_history and double_talk_min_chunks must be at least 1")
+        durations = (self.convergence_inhibit_ms, self.tail_inhibit_ms, self.glitch_inhibit_ms,
+                     self.pre_roll_ms)  # fmt: skip
+        if min(durations) < 0:
+            raise ValueError("durations must not be negative")
+
+    @property
+    def chunk_s(self) -> float:
+        return self.chunk_frames / self.sample_rate
+
+
+@dataclass
+class BargeIn:
+    """A barge-in: when it fired, when the speech that fired it began, and that speech."""
+
+    #: time.monotonic() when the stop callback was called.
+    at_s: float
+    #: Capture time of the start of the first chunk of the deciding run.
+    speech_start_s: float
+    #: The cleaned samples from `pre_roll_ms` before the run to the end of the deciding chunk.
+    pre_roll: np.ndarray
+    #: Speech probabilities of the deciding run.
+    probabilities: list[float] = field(default_factory=list)
+
+
+class BargeInDetector:
+    """Counts consecutive speech chunks in the cleaned capture and stops playback.
+
+    Args:
+        speech_probability: chunk (512 float32 samples at 16 kHz) -> probability of speech.
+        on_barge_in: called once, when it fires (`Player.stop`).
+        options: thresholds and windows.
+        activity: the far end's state (`EchoCanceller.activity`), for the inhibit windows.
+        glitches: a count of audio glitches so far (`lambda: aec.glitches +
+            player.underflows + mic.overflows`); each increase inhibits for
+            `glitch_inhibit_ms` from when it is noticed.
+        attenuation: the canceller's attenuation of the block captured at a time
+            (`EchoCanceller.attenuation_db`), for `fast_chunks`.
+        echo_levels: (raw level, loudest played level that can echo in it) of the block
+            captured at a time (`EchoCanceller.echo_levels_db`), for `double_talk_db`.
+        delay_frames: how late the samples fed are against their capture time
+            (`EchoCanceller.capture_delay_frames`), so chunk times are capture times.
+        clock: monotonic time source (tests).
+    """
+
+    def __init__(
+        self,
+        speech_probability: SpeechProbability,
+        on_barge_in: Callable[[], object],
+        options: BargeInOptions | None = None,
+        *,
+        activity: FarEndActivity | None = None,
+        glitches: Callable[[], int] | None = None,
+        attenuation: Callable[[float], float | None] | None = None,
+        echo_levels: Callable[[float], tuple[float, float | None] | None] | None = None,
+        delay_frames: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        import numpy as np
+
+        self._np = np
+        self.speech_probability = speech_probability
+        self.on_barge_in = on_barge_in
+        self.options = options or BargeInOptions()
+        self.activity = activity
+        self.glitches = glitches
+        self.attenuation = attenuation
+        self._attenuation_db: float | None = None
+        self.echo_levels = echo_levels
+        self._echo_levels: tuple[float, float | None] | None = None
+        #: Raw minus played level of recent echo-only chunks (the echo path's gain, dB).
+        self._echo_gains: collections.deque[float] = collections.deque(
+            maxlen=self.options.double_talk_history
+        )
+        #: Whether a chunk of the current run passed the double-talk test.
+        self._run_heard = False
+        #: Runs long enough to fire that the double-talk test held back (each counted once).
+        self.double_talk_vetoes = 0
+        self._run_vetoed = False
+        self._glitch_count = glitches() if glitches is not None else 0
+        self._glitch_until_s = -math.inf
+        #: When each glitch was noticed (clock time).
+        self.glitch_at_s: list[float] = []
+        self.delay_frames = delay_frames
+        self._clock = clock
+        self.fired: BargeIn | None = None
+        self.chunks = 0
+        self.inhibited_chunks = 0
+        #: (capture end time of the chunk, probability, inhibited, the canceller's attenuation
+        #: of its block in dB or None, its raw level above the echo predicted in dB or None:
+        #: `excess_db`) for every chunk seen.
+        self.trace: list[tuple[float, float, bool, float | None, float | None]] = []
+        o = self.options
+        keep = math.ceil(o.pre_roll_ms / 1000 / o.chunk_s) + o.consecutive_chunks
+        self._recent: collections.deque[np.ndarray] = collections.deque(maxlen=keep)
+        self._run: list[float] = []
+        #: Chunks the current run needs (fixed at its first chunk; see `fast_chunks`).
+        self._run_needs = o.consecutive_chunks
+        #: Runs that were judged with the canceller healthy (`fast_chunks`).
+        self.fast_runs = 0
+        self._pending = np.zeros(o.chunk_frames, np.float32)
+        self._pending_fill = 0
+
+    def hold(self, duration_s: float) -> None:
+        """Count no chunk captured in the next `duration_s` (from now): the far end restarts
+        (a resume after a pause) and the canceller must find the echo path again."""
+        self._glitch_until_s = max(self._glitch_until_s, self._clock() + duration_s)
+
+    def inhibited(self, at_s: float) -> bool:
+        """True if a chunk captured at `at_s` must not count towards a barge-in."""
+        if at_s < self._glitch_until_s:
+            return True
+        activity = self.activity
+        if activity is None or activity.first_loud_s is None:
+            return False
+        o = self.options
+        if activity.first_loud_s <= at_s < activity.first_loud_s + o.convergence_inhibit_ms / 1000:
+            return True
+        quiet_since = activity.quiet_since_s
+        return quiet_since is not None and at_s < quiet_since + o.tail_inhibit_ms / 1000
+
+    def feed(self, samples: np.ndarray, captured_at_s: float | None = None) -> BargeIn | None:
+        """Take cleaned samples (any length) whose last one was captured at `captured_at_s`
+        (default: now); returns the `BargeIn` once it has fired, else None."""
+        if self.fired is not None:
+            return self.fired
+        np = self._np
+        o = self.options
+        samples = np.asarray(samples, np.float32).reshape(-1)
+        if self.glitches is not None:
+            count = self.glitches()
+            if count != self._glitch_count:
+                self._glitch_count = count
+                now = self._clock()
+                self.glitch_at_s.append(now)
+                self._glitch_until_s = now + o.glitch_inhibit_ms / 1000
+        if self.attenuation is not None and captured_at_s is not None:
+            self._attenuation_db = self.attenuation(captured_at_s)
+        if self.echo_levels is not None and captured_at_s is not None:
+            self._echo_levels = self.echo_levels(captured_at_s)
+        end_s = (self._clock() if captured_at_s is None else captured_at_s) - (
+            self.delay_frames / o.sample_rate
+        )
+        n, pos = samples.shape[0], 0
+        while pos < n:
+            take = min(o.chunk_frames - self._pending_fill, n - pos)
+            self._pending[self._pending_fill : self._pending_fill + take] = samples[
+                pos : pos + take
+            ]
+            self._pending_fill += take
+            pos += take
+            if self._pending_fill == o.chunk_frames:
+                self._pending_fill = 0
+                chunk_end_s = end_s - (n - pos) / o.sample_rate
+                if self._step(self._pending.copy(), chunk_end_s):
+                    return self.fired
+        return None
+
+    def _step(self, chunk: np.ndarray, end_s: float) -> bool:
+        o = self.options
+        probability = float(self.speech_probability(chunk))
+        self._recent.append(chunk)
+        self.chunks += 1
+        start_s = end_s - o.chunk_s
+        inhibited = self.inhibited(start_s) or self.inhibited(end_s)
+        excess = self.excess_db(echo_only=inhibited or probability < o.threshold)
+        self.trace.append((end_s, probability, inhibited, self._attenuation_db, excess))
+        if inhibited:
+            self.inhibited_chunks += 1
+            self._run.clear()
+            return False
+        if probability < o.threshold:
+            self._run.clear()
+            if o.onset_threshold is not None and probability >= o.onset_threshold:
+                self._open_run(probability)  # may open the next run
+                self._hear(excess)
+            return False
+        if self._run:
+            self._run.append(probability)
+        else:
+            self._open_run(probability)
+        self._hear(excess)
+        if len(self._run) < self._run_needs:
+            return False
+        if not self._run_heard:
+            if not self._run_vetoed:
+                self._run_vetoed = True
+                self.double_talk_vetoes += 1
+            return False
+        self.on_barge_in()
+        now = self._clock()
+        pre_roll = self._np.concatenate(list(self._recent))
+        run_s = len(self._run) * o.chunk_s
+        self.fired = BargeIn(now, end_s - run_s, pre_roll, list(self._run))
+        return True
+
+    def excess_db(self, *, echo_only: bool) -> float | None:
+        """How far the current chunk's raw level rises above the echo the played level
+        predicts (dB; inf while nothing plays; None: unknown). An `echo_only` chunk (not
+        speech-like) first teaches the echo path's gain (see `BargeInOptions.double_talk_db`)."""
+        levels = self._echo_levels
+        if levels is None:
+            return None
+        raw_db, render_db = levels
+        o = self.options
+        if render_db is None or render_db < o.double_talk_min_render_db:
+            return math.inf
+        if echo_only:
+            self._echo_gains.append(raw_db - render_db)
+        if len(self._echo_gains) < o.double_talk_min_chunks:
+            return None
+        gain_db = float(self._np.percentile(self._echo_gains, o.double_talk_percentile))
+        return raw_db - (render_db + gain_db)
+
+    def _hear(self, excess: float | None) -> None:
+        """Note a chunk of the current run for the double-talk test."""
+        threshold = self.options.double_talk_db
+        if threshold is None or self.echo_levels is None or excess is None or excess >= threshold:
+            self._run_heard = True
+
+    def _open_run(self, probability: float) -> None:
+        self._run_heard = False
+        self._run_vetoed = False
+        self._run.append(probability)
+        self._run_needs = self.options.consecutive_chunks
+        if self.options.fast_chunks is not None and self.healthy():
+            self._run_needs = self.options.fast_chunks
+            self.fast_runs += 1
+
+    def healthy(self) -> bool:
+        """Whether the canceller was cancelling well over the `health_chunks` chunks before the
+        current one (see `BargeInOptions.fast_chunks`)."""
+        o = self.options
+        before = self.trace[-1 - o.health_chunks : -1]
+        known = sorted(row[3] for row in before if row[3] is not None and not row[2])
+        # Every one of them known: not right after the far end resumed from a pause, nor
+        # across an inhibit window (AEC3 re-converging).
+        if len(known) < o.health_chunks:
+            return False
+        return known[len(known) // 2] >= o.healthy_attenuation_db

@@ -1,0 +1,398 @@
+"""One agent turn as a library: take the floor, speak, listen, return what the person said.
+
+`converse(text, options, settings)` assembles the parts other modules own:
+
+- `vocal.floor.turn.Turn`: the conch, the control socket, the history, SIGTERM/SIGHUP unwinding;
+- `vocal.speaking.speech.Speech`: sentence streaming into a `Player` (sentence i+1 is synthesized
+  while sentence i plays);
+- `vocal.duplex.aec.EchoCanceller`: the Player's output callback feeds AEC3's reverse stream, the
+  Microphone's input callback runs the capture stream (DESIGN.md: only this wiring keeps the
+  reference ahead of its echo);
+- `vocal.duplex.bargein.BargeInDetector`: Silero VAD on the cleaned capture while the reply plays;
+  it stops playback within one capture block and keeps the chunks that made it fire;
+- `vocal.hearing.listening.listen`: endpointing and transcription, with the STT engine imported and
+  loaded by `SttLoader` in a background thread while the reply plays.
+
+Modes:
+- barge-in (default): the microphone is open for the whole turn. After a barge-in the kept
+  pre-roll is fed to the endpointer first, so the interrupting words are transcribed; after
+  the reply ends, the room's tail (`BargeInOptions.tail_inhibit_ms`) is blanked before listening.
+- half-duplex (`barge_in=False`): nothing captured before the reply's end plus
+  `REVERB_GAP_MS` reaches the endpointer. The microphone stream is opened early (a stream
+  takes 0.1-0.5 s to start here) and what it hears meanwhile is discarded unheard, which is
+  the same as opening it after the gap, minus the opening time.
+
+The control channel works throughout: `stop` ends the turn (no listening; `stopped` in the
+result, a `[stopped]` marker in the text output), `skip_forward` during the reply cuts to
+listening and during listening ends the recording (what was heard is still transcribed),
+`pause`/`resume` act on the reply.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from vocal.duplex.adapters import INPUT_TIMEOUT_S, SpeechOutput, TurnSource
+from vocal.duplex.options import ConverseOptions, ConverseResult
+from vocal.duplex.outcome import RunOutcome
+from vocal.errors import DeviceError, UsageError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from vocal.audio.devices import Block
+    from vocal.config import Settings
+
+#: Half-duplex: the microphone is heard from this long after the reply's last sample, so the
+#: room's reverberant tail is not recorded (the issue's ~200 ms; the room harness's tail is
+#: 40 ms plus ~30 ms of path latency).
+REVERB_GAP_MS = 200
+#: An output that plays nothing for this long while not paused has failed (a vanished device
+#: stops calling back instead of raising).
+OUTPUT_STALL_S = 2.0
+#: Cleaned blocks kept while the reply plays (32 ms each: 3 s), for a late barge-in's onset.
+KEEP_BLOCKS = 94
+#: Chunks at or above this speech probability just before a barge-in's deciding run belong
+#: to the same speech (Silero rises over 2-3 chunks at an onset: 0.16, 0.59, ... measured).
+ONSET_PROBABILITY = 0.3
+#: The marker printed for a turn ended by `vocal control stop`.
+STOPPED_MARKER = "[stopped]"
+
+Report = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(f"vocal: {message}", file=sys.stderr, flush=True)
+
+
+# -- the turn ---------------------------------------------------------------------------------
+def converse(
+    text: str,
+    options: ConverseOptions,
+    settings: Settings,
+    *,
+    report: Report | None = _stderr,
+    started_at_s: float | None = None,
+) -> ConverseResult:
+    """Speak `text` in a turn, then listen for the answer; see the module docstring.
+
+    Raises:
+        UsageError: empty text, a bad --aec value, unknown voice (exit 2).
+        ConchTimeout / ConchLost: the floor was not granted, or taken mid-turn (exit 3).
+        DeviceError / EngineError: a device failed or vanished, an engine is missing (exit 5).
+        Interrupted: SIGTERM, SIGHUP or Ctrl-C (exit 130).
+    Nobody speaking is not an error here: `speech_heard` is False (the command exits 4).
+    """
+    from vocal.audio.headphones import aec_wanted
+    from vocal.floor.gates import read_gates
+    from vocal.speaking.speech import resolve_voice
+    from vocal.tts import engine_class
+
+    started_at_s = time.monotonic() if started_at_s is None else started_at_s
+    report = report or (lambda _m: None)
+    if not text.strip():
+        raise UsageError("nothing to say: the text is empty")
+    barge_in = settings.barge_in if options.barge_in is None else options.barge_in
+    aec_mode = options.aec or settings.aec
+    use_aec, detection = aec_wanted(aec_mode)
+    if not barge_in:
+        use_aec = False  # nothing is heard while the reply plays: nothing to cancel
+    name, voice = resolve_voice(options.voice or settings.voice, options.engine, settings)
+    rate = engine_class(name).sample_rate
+    gates = read_gates(settings.home)
+    run = _Run(text, options, settings, report, started_at_s, name=name, voice=voice,
+               rate=rate, gain=None if gates.silent else gates.gain, barge_in=barge_in,
+               use_aec=use_aec)  # fmt: skip
+    result = run.run()
+    result.aec_detection = detection.kind.value if detection is not None else None
+    return result
+
+
+class _Run(RunOutcome):
+    """The state of one converse turn (kept together so clean-up sees everything opened)."""
+
+    def __init__(self, text: str, options: ConverseOptions, settings: Settings, report: Report,
+                 started_at_s: float, *, name: str, voice: str | None, rate: int,
+                 gain: float | None, barge_in: bool, use_aec: bool) -> None:  # fmt: skip
+        self.text, self.options, self.settings, self.report = text, options, settings, report
+        self.started_at_s = started_at_s
+        self.name, self.voice, self.rate, self.gain = name, voice, rate, gain
+        self.barge_in, self.use_aec = barge_in, use_aec
+        self.clock: dict[str, float | None] = {"started": started_at_s}
+        self.listen_stop = threading.Event()
+        self.skip_requested = threading.Event()
+        self.phase = "starting"
+        self.loader: Any = None
+        self.turn_loader: Any = None  # vocal.hearing.endofturn.TurnModelLoader
+        self.speech: Any = None
+        self.player: Any = None
+        self.mic: Any = None
+        self.canceller: Any = None
+        self.detector: Any = None
+        self.underflows = 0
+
+    # control callbacks (the control socket's thread)
+    def _on_skip(self, _request: dict) -> dict:
+        if self.phase == "speaking":
+            self.skip_requested.set()
+        else:
+            self.listen_stop.set()
+        return {"converse": self.phase}
+
+    def _on_stop(self, _request: dict) -> dict:
+        self.listen_stop.set()
+        return {"converse": self.phase}
+
+    def _status(self, _request: dict) -> dict:
+        return {"converse": self.phase}
+
+    def run(self) -> ConverseResult:
+        from vocal.floor.turn import Turn
+
+        settings, options = self.settings, self.options
+        with Turn(settings, kind="converse", session=options.session, agent=options.agent,
+                  voice=self.voice, use_conch=options.use_conch) as turn:  # fmt: skip
+            self.turn = turn
+            self.clock["floor"] = time.monotonic()
+            turn.on("skip_forward", self._on_skip)
+            turn.on("stop", self._on_stop)
+            turn.on("status", self._status)
+            try:
+                return self._run_turn(turn)
+            finally:
+                self._close()
+
+    def _close(self) -> None:
+        for closer in (
+            lambda: self.speech.stop() if self.speech is not None else None,
+            lambda: self.player.close() if self.player is not None else None,
+            lambda: self.mic.close() if self.mic is not None else None,
+            lambda: self.speech.join(3.0) if self.speech is not None else None,
+            # Never exit while CTranslate2 loads in native code: it aborts the process.
+            lambda: self.loader.wait(10.0) if self.loader is not None else None,
+            lambda: self.turn_loader.wait(10.0) if self.turn_loader is not None else None,
+        ):
+            with contextlib.suppress(Exception):
+                closer()
+
+    def _run_turn(self, turn: Any) -> ConverseResult:
+        import numpy  # noqa: F401  (before any stream opens: python-sounddevice #487)
+
+        from vocal.audio.vad import SileroVad
+        from vocal.hearing.listening import listen_options
+        from vocal.hearing.stt_loading import stt_loader
+
+        settings, options = self.settings, self.options
+        if turn.stopped.is_set():  # `vocal control stop` while waiting for the floor
+            return self._result(None, stopped=True)
+        # The STT engine loads from now on, while the reply plays.
+        self.loader = stt_loader(settings)
+        listening = listen_options(
+            settings,
+            silence_ms=options.silence_ms,
+            max_seconds=options.max_seconds,
+            no_speech_timeout_s=options.no_speech_timeout_s,
+        )
+        self._open_microphone()
+        self.clock["mic_opened"] = self.mic.opened_at_s
+        kept, heard_from_s = self._speak(turn)
+        turn.check()
+        if turn.stopped.is_set():
+            return self._result(None, stopped=True)
+        # -- listen ----------------------------------------------------------------------------
+        if listening.end_of_turn.enabled:
+            # Smart Turn loads once the reply is over, not while it plays: its load and warm-up
+            # beside playback, AEC and Whisper's warm-up made a barge-in test lose the person's
+            # onset (1 run in 4). Until it is ready (~0.2 s), pauses are judged by the text.
+            from vocal.hearing.endofturn import TurnModelLoader
+
+            self.turn_loader = TurnModelLoader()
+        self.phase = "listening"
+        turn.set_state("listening")
+        source = TurnSource(self.mic, kept, heard_from_s=heard_from_s,
+                             drop_before=not self.barge_in)  # fmt: skip
+        from vocal.hearing.listening import listen
+
+        listened = listen(
+            source,
+            stt=self.loader,
+            options=listening,
+            confidence=SileroVad(),
+            turn_model=self.turn_loader,
+            stop=self.listen_stop,
+            on_block=lambda _samples, _state: turn.check(),
+        )
+        self.mic = None  # listen closed it
+        turn.check()
+        return self._result(listened, stopped=turn.stopped.is_set())
+
+    def _open_microphone(self) -> None:
+        from vocal.audio.devices import Microphone
+
+        on_block = None
+        if self.use_aec:
+            from vocal.duplex.aec import EchoCanceller
+
+            self.canceller = EchoCanceller(
+                render_sample_rate=self.rate, log_levels=self.settings.barge_in_trace
+            )
+            on_block = self.canceller.capture
+        self.mic = Microphone(
+            16_000, device=self.options.input_device or self.settings.input_device,
+            on_block=on_block,
+        ).open()  # fmt: skip
+
+    # -- speaking --------------------------------------------------------------------------------
+    def _speak(self, turn: Any) -> tuple[list[Block], float | None]:
+        """Play the reply while watching the microphone; returns the blocks to hand to the
+        endpointer first (a barge-in's pre-roll) and the time from which capture counts."""
+        from vocal.audio.vad import SileroVad
+        from vocal.duplex.bargein import BargeInDetector, BargeInOptions
+        from vocal.speaking.output import open_speech_output
+        from vocal.speaking.speech import Speech, engine_loader
+
+        settings = self.settings
+        if self.gain is None:  # muted or volume 0: nothing is said, the turn only listens
+            self.report("muted: the reply is not spoken")
+            self.clock["reply_ended"] = time.monotonic()
+            return [], None
+        self.phase = "speaking"
+        speech = self.speech = Speech(
+            engine_loader(self.name, self.voice, settings), [self.text], engine_name=self.name,
+            voice=self.voice, sample_rate=self.rate, speed=self.options.speed or settings.speed,
+            report=self.report, keep_audio=True, started_at_s=self.started_at_s,
+        ).start()  # fmt: skip
+        guard = turn.guard_block
+        render = self.canceller.render if self.canceller is not None else None
+
+        def on_block(block: np.ndarray) -> None:
+            guard(block)  # silence first once the floor is lost: AEC sees what is really played
+            if render is not None:
+                render(block)
+
+        try:
+            player = self.player = open_speech_output(
+                self.rate, device=self.options.output_device or settings.output_device,
+                volume=self.gain, on_block=on_block,
+            )  # fmt: skip
+        except BaseException as exc:
+            speech.fail(exc)
+            speech.join(2.0)
+            raise
+        speech.attach_output(player)
+        # A resume restarts the far end after a silence and the canceller finds the echo path
+        # again: barge-in waits (BargeInOptions.resume_inhibit_ms).
+        turn.attach_output(SpeechOutput(speech, player, on_resume=self._hold_barge_in))
+        turn.set_state("playing")
+        detector = None
+        vad = None
+        if self.barge_in:
+            vad = SileroVad()
+            try:
+                bargein_options = BargeInOptions(
+                    threshold=settings.barge_in_threshold,
+                    consecutive_chunks=settings.barge_in_chunks,
+                    onset_threshold=settings.barge_in_onset_threshold,
+                    fast_chunks=settings.barge_in_fast_chunks,
+                    double_talk_db=settings.barge_in_double_talk_db,
+                )
+            except ValueError as exc:  # a bad value from VOCAL_* or config.toml
+                raise UsageError(f"bad barge-in setting: {exc}") from None
+            canceller = self.canceller
+            detector = self.detector = BargeInDetector(
+                vad, speech.stop, bargein_options,
+                activity=canceller.activity if canceller is not None else None,
+                glitches=lambda: (canceller.glitches if canceller is not None else 0)
+                + player.underflows + self.mic.overflows,
+                attenuation=canceller.attenuation_db if canceller is not None else None,
+                echo_levels=canceller.echo_levels_db if canceller is not None else None,
+            )  # fmt: skip
+        # The cleaned blocks of the last few seconds: a barge-in decided late (an inhibit window
+        # held it back) still hands the endpointer the person's first word.
+        recent: collections.deque[Block] = collections.deque(maxlen=KEEP_BLOCKS)
+        last_frames, last_progress_s = -1, time.monotonic()
+        try:
+            for block in self.mic.blocks(INPUT_TIMEOUT_S):
+                now = time.monotonic()
+                if speech.done:
+                    break
+                if self.skip_requested.is_set():
+                    speech.stop()
+                    break
+                recent.append(block)
+                if detector is not None:
+                    if self.canceller is not None and self.canceller.capture_delay_frames:
+                        detector.delay_frames = self.canceller.capture_delay_frames
+                    if detector.feed(block.samples, block.captured_at_s) is not None:
+                        self.clock["barge_in"] = detector.fired.at_s
+                        break
+                # A vanished output stops calling back: nothing is played, nothing fails.
+                frames = player.played_frames
+                if frames != last_frames or speech.paused or player.started_at_s is None:
+                    last_frames, last_progress_s = frames, now
+                elif now - last_progress_s > OUTPUT_STALL_S:
+                    speech.stop()
+                    raise DeviceError(
+                        f"the audio output stopped playing for {OUTPUT_STALL_S:.0f} s",
+                        hint="see `vocal devices`",
+                    )
+            ended_s = time.monotonic()
+            if player.failed or (speech.done and not player.stopped and player.pending_frames > 0):
+                # The stream ended by itself (PortAudio's finished callback fired with nobody
+                # stopping it) or with audio still queued: the device went away, not stalled.
+                raise DeviceError(
+                    "the audio output stopped before the reply was played",
+                    hint="see `vocal devices`",
+                )
+            speech.stop() if not speech.done else None
+            self.speech_result = speech.wait(5.0)
+        finally:
+            turn.attach_output(None)
+            self.underflows = player.underflows
+            player.close()
+        self.clock["reply_ended"] = ended_s
+        turn.check()
+        self._record_history(turn)
+        if detector is not None and detector.fired is not None:
+            return self._kept_blocks(detector, recent), None
+        if self.barge_in:
+            tail_s = (BargeInOptions().tail_inhibit_ms / 1000) if self.use_aec else 0.0
+            return [], ended_s + tail_s
+        return [], ended_s + REVERB_GAP_MS / 1000
+
+    def _hold_barge_in(self) -> None:
+        if self.detector is not None:
+            self.detector.hold(self.detector.options.resume_inhibit_ms / 1000)
+
+    def _kept_blocks(self, detector: Any, recent: collections.deque[Block]) -> list[Block]:
+        """The blocks from `pre_roll_ms` before the person's onset to the deciding chunk.
+
+        The onset is where the speech probability first rose in the run of likely-speech
+        chunks that ends in the deciding run, inhibited chunks included: an inhibit window
+        (convergence, a sentence's tail, a glitch) may have held the decision back, but the
+        person was already talking.
+        """
+        o, fired = detector.options, detector.fired
+        trace = detector.trace
+        start = len(trace) - len(fired.probabilities)
+        while start > 0 and trace[start - 1][1] >= ONSET_PROBABILITY:
+            start -= 1
+        onset_s = min(fired.speech_start_s, trace[start][0] - o.chunk_s)
+        self.onset_s = onset_s
+        from_s = onset_s - o.pre_roll_ms / 1000
+        delay_s = detector.delay_frames / o.sample_rate
+        kept = []
+        for block in recent:
+            end_s = block.captured_at_s - delay_s
+            if end_s - block.samples.shape[0] / o.sample_rate >= from_s - o.chunk_s:
+                kept.append(block)
+        return kept
+
+
+__all__ = ["REVERB_GAP_MS", "STOPPED_MARKER", "converse"]

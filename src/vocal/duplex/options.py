@@ -1,0 +1,94 @@
+"""What a converse turn is asked (`ConverseOptions`) and what it returns (`ConverseResult`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vocal.hearing.listening import ListenResult
+    from vocal.speaking.results import SpeechResult
+
+
+@dataclass(frozen=True)
+class ConverseOptions:
+    """What `vocal converse` was asked to do (None: from settings)."""
+
+    engine: str | None = None
+    voice: str | None = None
+    speed: float | None = None
+    barge_in: bool | None = None
+    aec: str | None = None  # auto, on, off
+    input_device: str | None = None
+    output_device: str | None = None
+    session: str | None = None
+    agent: str | None = None
+    use_conch: bool = True
+    silence_ms: int | None = None
+    no_speech_timeout_s: float | None = None
+    max_seconds: float | None = None
+
+
+@dataclass
+class ConverseResult:
+    """One turn: what the person said and what happened to the reply."""
+
+    text: str
+    speech_heard: bool
+    interrupted: bool
+    stopped: bool
+    skipped: bool
+    mode: str  # "barge-in" or "half-duplex"
+    aec: bool
+    aec_detection: str | None
+    #: Seconds from the first sample of the reply to the person starting to talk over it.
+    interrupted_at_s: float | None
+    #: The reply as far as it was played before the interruption (whole reply if none).
+    heard_reply: str
+    reply: str
+    timings: dict[str, float | None]
+    clock: dict[str, float | None]
+    counters: dict[str, int]
+    listen: ListenResult | None = None
+    speech: SpeechResult | None = None
+    sentences: list[dict] = field(default_factory=list)
+    #: The barge-in detector's (capture end time, probability, inhibited, attenuation in dB,
+    #: raw level above the predicted echo in dB: 99 while nothing plays) per chunk, with the
+    #: `barge_in_trace` setting (diagnostics); None otherwise.
+    trace: list[tuple[float, float, bool, float | None, float | None]] | None = None
+    #: The canceller's per-block levels (`EchoCanceller(log_levels=True)`), with the trace.
+    levels: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `vocal converse --json` prints."""
+        extra = {} if self.trace is None else {"barge_in_trace": self.trace}
+        if self.levels is not None:
+            extra["barge_in_levels"] = self.levels
+        return {
+            "text": self.text,
+            "speech_heard": self.speech_heard,
+            "interrupted": self.interrupted,
+            "interrupted_at_s": _round(self.interrupted_at_s),
+            "heard_reply": self.heard_reply,
+            "reply": self.reply,
+            "stopped": self.stopped,
+            "skipped": self.skipped,
+            "mode": self.mode,
+            "aec": self.aec,
+            "aec_detection": self.aec_detection,
+            "end_reason": self.listen.end_reason if self.listen else None,
+            # The end-of-turn stage's verdict on each pause of the answer (vocal.hearing.endofturn).
+            "turn": self.listen.turn if self.listen else None,
+            "timings": {k: _round(v) for k, v in self.timings.items()},
+            "clock": self.clock,
+            "counters": self.counters,
+            "sentences": self.sentences,
+            **extra,
+        }
+
+
+def _round(value: float | None) -> float | None:
+    return round(value, 4) if isinstance(value, float) else value
+
+
+__all__ = ["ConverseOptions", "ConverseResult"]

@@ -1,0 +1,1 @@
+"""Hearing the person: voice activity, end of turn, and the listen turn."""

@@ -1,0 +1,95 @@
+"""Transcribing during the silence window (`EarlyTranscriber`), before the turn is known to be
+over, so a turn that does end has its transcript (nearly) ready. Used by `listen`.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from vocal.audio.wav import Audio
+from vocal.stt import SttEngine, Transcript
+
+
+class EarlyTranscriber:
+    """Transcribes the utterance during the silence window, before the turn is known to be over.
+
+    The utterance's words are fixed as soon as a pause begins (what follows until the
+    post-roll is silence). Whisper starts `ListenOptions.early_after_ms` (32 ms) into the
+    pause, in this thread: the end-of-turn stage waits for this text to confirm or veto the
+    end (vocal.hearing.endofturn), and otherwise it is ready before the silence window (700 ms)
+    ends. If the speaker
+    resumes, the result is for an older utterance and is not used; only the latest request is
+    kept while one runs (a stale one is never queued behind it).
+    """
+
+    def __init__(self, engine: SttEngine) -> None:
+        self.engine = engine
+        self._lock = threading.Condition()
+        self._pending: tuple[tuple[int, int], Audio] | None = None
+        self._done: dict[tuple[int, int], Transcript | BaseException] = {}
+        self._current: tuple[int, int] | None = None
+        self._submitted: set[tuple[int, int]] = set()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="vocal-stt-early", daemon=True)
+        self._thread.start()
+
+    def submit(self, key: tuple[int, int], audio: Audio) -> None:
+        """Transcribe `audio`, the utterance spanning frames `key` (start, end of speech)."""
+        with self._lock:
+            self._pending = (key, audio)
+            self._submitted.add(key)
+            self._lock.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while self._pending is None and not self._closed:
+                    self._lock.wait()
+                if self._pending is None:
+                    return
+                (key, audio), self._pending = self._pending, None
+                self._current = key
+            try:
+                outcome: Transcript | BaseException = self.engine.transcribe(audio)
+            except BaseException as exc:  # handed to the caller by result()
+                outcome = exc
+            with self._lock:
+                self._done = {key: outcome}
+                self._current = None
+                self._lock.notify_all()
+
+    def result(self, key: tuple[int, int]) -> Transcript | None:
+        """The transcript of utterance `key` (waiting for it if it is being made), or None
+        when no request for exactly that utterance was made."""
+        with self._lock:
+            while key not in self._done and (
+                self._current == key or (self._pending is not None and self._pending[0] == key)
+            ):
+                self._lock.wait()
+            outcome = self._done.get(key)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def text(self, key: tuple[int, int], wait: bool) -> tuple[bool, str | None]:
+        """For the end-of-turn stage (`vocal.hearing.endofturn.TextSource`): (requested, text)."""
+        with self._lock:
+            requested = key in self._submitted
+            if not wait and key not in self._done:
+                return requested, None
+        try:
+            transcript = self.result(key) if requested else None
+        except Exception:  # the final transcription will raise it; the judge goes on
+            return requested, None
+        return requested, transcript.text if transcript is not None else None
+
+    def close(self) -> None:
+        """Stop the worker once it is idle (it never interrupts a transcription)."""
+        with self._lock:
+            self._closed = True
+            self._pending = None
+            self._lock.notify_all()
+        self._thread.join()
+
+
+__all__ = ["EarlyTranscriber"]

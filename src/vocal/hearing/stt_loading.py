@@ -1,0 +1,97 @@
+"""The speech recognizer, imported and loaded in a background thread (`SttLoader`) while the
+recording runs, so the microphone opens at once and the model's cost hides behind the
+speaker's own words.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any
+
+from vocal.stt import SttEngine, load_stt
+
+
+def stt_loader(settings: Any) -> SttLoader:
+    """Start loading the configured speech recognizer (`SttLoader`) with its settings."""
+    from vocal.stt import default_engine_name
+
+    name = settings.stt_engine if settings.stt_engine != "auto" else default_engine_name()
+    options: dict[str, Any] = {"language": settings.language}
+    if name == "faster-whisper":
+        options["beam_size"] = settings.stt_beam_size
+    return SttLoader(settings.stt_engine, settings.stt_model, warm_up=settings.stt_warm_up,
+                     **options)  # fmt: skip
+
+
+# -- the engine, loaded in the background --------------------------------------------------------
+class SttLoader:
+    """Imports and loads a speech-to-text engine in a daemon thread, started at construction.
+
+    `engine()` waits for it and returns it, or raises what loading raised (an `EngineError`
+    with its exit code 5). `load_s` is how long loading took; `ready_at_s` when it finished.
+    """
+
+    def __init__(
+        self, name: str = "auto", model: str = "tiny.en", *, warm_up: bool = True, **options: Any
+    ) -> None:
+        self.name, self.model, self.options = name, model, options
+        self.warm_up = warm_up
+        self.started_at_s = time.monotonic()
+        self.ready_at_s: float | None = None
+        #: When the engine's warm-up run ended (None: none, or not yet).
+        self.warmed_at_s: float | None = None
+        self._engine: SttEngine | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="vocal-stt-load", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._engine = load_stt(self.name, self.model, **self.options)
+        except BaseException as exc:  # re-raised in the caller's thread by engine()
+            self._error = exc
+        finally:
+            self.ready_at_s = time.monotonic()
+        # The engine is usable from here; its first call in a process is slower (CTranslate2's
+        # set-up), so it runs once now, while the reply plays or the person speaks. A real
+        # transcription asked for meanwhile queues behind it, no worse than paying the set-up.
+        warm_up = getattr(self._engine, "warm_up", None) if self.warm_up else None
+        if warm_up is not None:
+            with contextlib.suppress(Exception):  # a warm-up only: the real call will tell
+                warm_up()
+            self.warmed_at_s = time.monotonic()
+
+    @property
+    def load_s(self) -> float | None:
+        return None if self.ready_at_s is None else self.ready_at_s - self.started_at_s
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait for loading to end, successfully or not; True if it has.
+
+        A process must not exit while this thread is inside a native library (CTranslate2
+        aborts the process: "terminate called without an active exception"), so commands wait
+        here before exiting, even when the engine is no longer needed.
+        """
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def ready_engine(self) -> SttEngine | None:
+        """The engine if it has loaded, else None (never waits)."""
+        return self._engine if self.ready_at_s is not None else None
+
+    def raise_if_failed(self) -> None:
+        """Raise at once what loading raised, if it has already failed."""
+        if self._error is not None:
+            raise self._error
+
+    def engine(self) -> SttEngine:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._engine is not None
+        return self._engine
+
+
+__all__ = ["SttLoader", "stt_loader"]

@@ -1,0 +1,1 @@
+"""Operations: doctor, setup (onboarding), teardown and warm-up."""
