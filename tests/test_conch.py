@@ -143,7 +143,8 @@ def test_release_grants_only_the_head() -> None:
     for name in ["a", "b"]:  # one after the other, so the queue order is known
         threads.append(threading.Thread(target=take, args=(name,)))
         threads[-1].start()
-        wait_until(lambda n=len(threads): len(queue_sessions(c)) == n)
+        started = len(threads)
+        wait_until(lambda n=started: len(queue_sessions(c)) == n)
     c.release(gate.token)
     wait_until(lambda: holder_session(c) == "a")
     state = c.status()

@@ -17,6 +17,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from vocal.errors import UsageError
 
@@ -297,7 +298,9 @@ def load_settings(**flags: object) -> Settings:
             hint=f"known settings: {', '.join(n for n in fields if n != 'home')}",
         )
 
-    values: dict[str, object] = {"home": home}
+    # One value per Settings field, each converted to its field's type by _convert: the dict
+    # is heterogeneous by construction, so Any is its honest value type.
+    values: dict[str, Any] = {"home": home}
     for name, f in fields.items():
         if name == "home":
             continue

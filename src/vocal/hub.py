@@ -57,15 +57,19 @@ def hub_snapshot(repo_id: str, *, allow_patterns: list[str], what: str) -> Path:
     interactive = sys.stderr.isatty()
     if interactive:
         print(f"vocal: downloading {what} from {repo_id} (once)", file=sys.stderr, flush=True)
-    kwargs: dict[str, object] = {"allow_patterns": allow_patterns}
+    tqdm_class = None  # the hub's default bars
     if interactive:
-        kwargs["tqdm_class"] = rich_progress_class()
+        tqdm_class = rich_progress_class()
     else:
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()
     try:
-        return Path(huggingface_hub.snapshot_download(repo_id, **kwargs))
+        return Path(
+            huggingface_hub.snapshot_download(
+                repo_id, allow_patterns=allow_patterns, tqdm_class=tqdm_class
+            )
+        )
     except Exception as exc:
         raise EngineError(
             f"cannot download {what} ({first_line(exc)})", hint=OFFLINE_HINT

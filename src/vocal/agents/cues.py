@@ -170,7 +170,7 @@ def find_cue(
     event: str, tool: str | None, fonts: list[str | Path], rng: random.Random | None = None
 ) -> tuple[str | None, str | None]:
     """(the file to play, None) or (None, the place whose MUTE silenced it) or (None, None)."""
-    places = [(event, tool)] if tool else []
+    places: list[tuple[str, ...]] = [(event, tool)] if tool else []
     places += [(event,), ()]
     for font in fonts:
         for place in places:

@@ -369,7 +369,9 @@ def last_assistant_text(transcript: Path) -> str:
             continue
         if not isinstance(entry, dict):
             continue
-        message = entry.get("message") if isinstance(entry.get("message"), dict) else {}
+        message = entry.get("message")
+        if not isinstance(message, dict):
+            message = {}
         role = message.get("role") or entry.get("type")
         content = message.get("content")
         if role == "user":

@@ -179,7 +179,9 @@ def classify_sink(info: dict) -> OutputDetection:
     name = info.get("name")
     active = info.get("active_port")
     if active:
-        port = next((p for p in info.get("ports") or [] if p.get("name") == active), {})
+        port: dict[str, Any] = next(
+            (p for p in info.get("ports") or [] if p.get("name") == active), {}
+        )
         port_type = str(port.get("type") or "").lower()
         words = f"{active} {port.get('description') or ''}".lower()
         if port_type in _HEADPHONE_PORT_TYPES:

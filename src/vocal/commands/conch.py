@@ -190,6 +190,7 @@ def heartbeat(
         print(json.dumps({"session": name, "position": position, "granted": granted,
                           "queue_length": len(state.waiters), "holder": holder}))  # fmt: skip
     elif position == 0:
+        assert state.holder is not None  # position 0: this session is the holder
         print(f"holding: session {name} holds the floor, "
               f"expires in {state.holder.expires_at - state.now:.0f} s")  # fmt: skip
     elif granted:

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from vocal.commands._app import command_app, finite
+
+if TYPE_CHECKING:
+    from vocal.config import Settings
+    from vocal.speaking.speak import SpeakOptions
 
 app = command_app()
 
@@ -120,7 +125,7 @@ def speak(
     if result is not None and not result.sentences and not result.stopped:
         typer.echo("vocal: nothing speakable in the text", err=True)
     if json_output:
-        payload = {"muted": True} if result is None else result.to_dict()
+        payload: dict[str, object] = {"muted": True} if result is None else result.to_dict()
         process_start = process_started_at_s()
         first = None if result is None else result.first_audio_at_s
         payload["process_to_first_audio_ms"] = (
@@ -133,7 +138,7 @@ def speak(
         typer.echo(json.dumps(payload))
 
 
-def _speak_piece(text: str, options: object, settings: object, message: str | None,
+def _speak_piece(text: str, options: SpeakOptions, settings: Settings, message: str | None,
                  piece: int | None, final: bool, json_output: bool) -> None:  # fmt: skip
     import json
 

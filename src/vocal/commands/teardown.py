@@ -65,13 +65,13 @@ def teardown(
     verb = "would remove" if dry_run else "removed"
     for proc in report.stopped:
         typer.echo(f"{'would stop' if dry_run else 'stopped'} pid {proc['pid']} ({proc['kind']})")
-    for path in report.removed:
-        typer.echo(f"{verb} {path}")
+    for removed in report.removed:
+        typer.echo(f"{verb} {removed}")
     for hook in report.hooks:
         typer.echo(f"{verb} vocal hooks from {hook['path']}")
-    for path in report.kept:
-        typer.echo(f"kept {path}")
-    for path in report.left:
-        typer.echo(f"left {path} (not vocal's)")
+    for kept in report.kept:
+        typer.echo(f"kept {kept}")
+    for left in report.left:
+        typer.echo(f"left {left} (not vocal's)")
     for proc in report.not_stopped:
         typer.echo(f"left pid {proc['pid']} ({proc['kind']}) running: {proc['why']}", err=True)

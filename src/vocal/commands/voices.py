@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import typer
 
@@ -11,6 +11,7 @@ from vocal.commands._app import command_app
 
 if TYPE_CHECKING:
     from vocal.config import Settings
+    from vocal.tts.chatterbox import ChatterboxEngine
     from vocal.tts.voices import VoiceStore
 
 app = command_app(no_args_is_help=True)
@@ -209,7 +210,8 @@ def preview(
     engine_name, voice = resolve_stored_voice(name, settings, engine=CLONING_ENGINE)
     if engine_name != CLONING_ENGINE:  # pragma: no cover - store.get raised already
         raise UsageError(f"{name!r} is not a stored voice")
-    engine = load_tts(CLONING_ENGINE, voice=voice, settings=settings)
+    # CLONING_ENGINE names Chatterbox: the JSON below reads its provider and generation facts.
+    engine = cast("ChatterboxEngine", load_tts(CLONING_ENGINE, voice=voice, settings=settings))
     samples = engine.synthesize(text)
     if json_output:
         typer.echo(

@@ -329,20 +329,21 @@ class Conch(ConchHold):
                                     time.monotonic() - started,
                                     position_on_arrival=last_position or 1,
                                     expires_at=holder.expires_at)  # fmt: skip
-                    position, me = next(
+                    found = next(
                         ((i, w) for i, w in enumerate(state.waiters, 1) if w.seq == mine.seq),
-                        (None, None),
+                        None,
                     )
-                    if me is None and not self._quarantined_waiter(mine.seq) <= set_aside:
+                    if found is None and not self._quarantined_waiter(mine.seq) <= set_aside:
                         # Our record was garbled and set aside (again), not removed by `leave`:
                         # we know what it said, so the place is written back (issue 17).
                         set_aside |= self._quarantined_waiter(mine.seq)
                         mine.heartbeat_at = now
                         self._write_waiter(mine)
                         continue
-                    if me is None:
+                    if found is None:
                         raise ConchBusy("this waiter was removed from the conch queue "
                                         "(vocal conch leave)", position=None)  # fmt: skip
+                    position, me = found
                     if remote and now - me.heartbeat_at >= refresh_s:
                         me.heartbeat_at = now
                         self._write_waiter(me)
@@ -450,7 +451,7 @@ def interrupt_on_signals() -> Iterator[None]:
             signal.signal(other, signal.SIG_IGN)
         raise Interrupted(f"terminated by {signal.Signals(signum).name}")
 
-    old: dict[int, Any] = {}
+    old: dict[signal.Signals, Any] = {}
     for signum in (signal.SIGTERM, signal.SIGHUP):
         old[signum] = signal.signal(signum, _raise)
     try:

@@ -8,6 +8,7 @@ import contextlib
 import os
 import socket
 import time
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -125,7 +126,7 @@ class ConchFiles:
         for name in names:
             if name.endswith(".json") and not name.startswith("."):
                 seq = int(name[:-5]) if name[:-5].isdigit() else -1  # -1: never a valid seq
-                waiter = read_record(self.queue_dir / name, lambda d, s=seq: parse_waiter(d, s),
+                waiter = read_record(self.queue_dir / name, partial(parse_waiter, seq=seq),
                                      log_dir=self.log_dir)  # fmt: skip
                 if waiter is not None:
                     waiters.append(waiter)

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -209,8 +210,9 @@ class ControlServer:
     def _accept_loop(self) -> None:
         assert self._listener is not None
         while not self._closed.is_set():
+            watched: list[socket.socket | int] = [self._listener, self._wake_r]
             try:
-                ready, _, _ = select.select([self._listener, self._wake_r], [], [])
+                ready, _, _ = select.select(watched, [], [])
             except (OSError, ValueError):
                 return
             if self._wake_r in ready:
@@ -377,8 +379,8 @@ def endpoints(run_dir: Path) -> list[Endpoint]:
         try:
             # A malformed record is quarantined (issue 17); its socket, if any, is left to
             # `remove_stale_socket`: a live process may still be listening on it.
-            endpoint = read_record(run_dir / name, lambda d, p=pid: parse_endpoint(d, run_dir, p),
-                                   log_dir=log_dir)  # fmt: skip
+            parse = partial(parse_endpoint, run_dir=run_dir, pid=pid)
+            endpoint = read_record(run_dir / name, parse, log_dir=log_dir)
         except PermissionError:
             continue  # not ours to read, so not ours to control
         if endpoint is None:

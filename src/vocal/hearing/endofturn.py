@@ -177,7 +177,7 @@ def _mel_filters(sample_rate: int = SMART_TURN_SAMPLE_RATE) -> np.ndarray:
     filterbank Whisper's feature extractor uses."""
     import numpy as np
 
-    def hz_to_mel(hz: np.ndarray) -> np.ndarray:
+    def hz_to_mel(hz: float | np.ndarray) -> np.ndarray:
         hz = np.asarray(hz, dtype=np.float64)
         linear = hz / (200.0 / 3)
         log = 15.0 + np.log(np.maximum(hz, 1e-10) / 1000.0) / (np.log(6.4) / 27.0)

@@ -170,7 +170,7 @@ def tts_cache_files(settings: Settings) -> list[Path]:
     cache = Path(settings.tts_cache_dir)
     if _inside_state_entry(cache, settings.home):
         return []  # removed with the state directory's cache/
-    found = []
+    found: list[Path] = []
     for sub in TTS_CACHE_SUBDIRS:
         directory = cache / sub
         if directory.is_symlink() or not directory.is_dir():
@@ -282,7 +282,8 @@ def stop_running(
     Returns (stopped, not stopped): a process that did not answer its control socket and
     cannot be verified as the recorded one is never signalled.
     """
-    asked, refused = [], []
+    asked: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []
     for proc in running(settings):
         (asked if _stop_one(proc) else refused).append(proc)
     deadline = time.monotonic() + wait_s

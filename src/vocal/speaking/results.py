@@ -115,10 +115,10 @@ class SpeechResult:
 
     def gaps_ms(self) -> list[float]:
         """Silence inserted between consecutive played sentences (from the reference)."""
-        played = [s for s in self.played if s.start_frame is not None]
+        spans = [(s.start_frame, s.frames) for s in self.played if s.start_frame is not None]
         return [
-            (b.start_frame - (a.start_frame + a.frames)) * 1000 / self.sample_rate
-            for a, b in zip(played, played[1:], strict=False)
+            (b_start - (a_start + a_frames)) * 1000 / self.sample_rate
+            for (a_start, a_frames), (b_start, _) in zip(spans, spans[1:], strict=False)
         ]
 
     def to_dict(self) -> dict[str, Any]:

@@ -239,7 +239,7 @@ def ct2_to_mlx(variables: dict[str, np.ndarray], dtype: str = "float32") -> tupl
         put(f"{dst}.weight", v[f"{src}/gamma"])
         put(f"{dst}.bias", v[f"{src}/beta"])
 
-    def split(src: str, dsts: list[str | None], state: int) -> None:
+    def split(src: str, dsts: list[str], state: int) -> None:
         w, b = v[f"{src}/weight"], v[f"{src}/bias"]
         for i, dst in enumerate(dsts):
             rows = slice(i * state, (i + 1) * state)

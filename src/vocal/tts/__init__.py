@@ -68,6 +68,11 @@ class TtsEngine:
     #: Modules the speech worker (vocal.speaking.worker) imports before it builds the engine.
     preload_modules: ClassVar[tuple[str, ...]] = ()
 
+    if TYPE_CHECKING:
+        # The constructor every engine defines (ENGINES' contract, `load_tts` calls it); stated
+        # for the type checker only, as the base has no state of its own to set up.
+        def __init__(self, voice: str | None = None, **options: Any) -> None: ...
+
     def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:
         """Mono float32 samples at `sample_rate` for one sentence."""
         raise NotImplementedError

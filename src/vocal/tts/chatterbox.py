@@ -77,6 +77,7 @@ class ChatterboxEngine(TtsEngine):
     name: ClassVar[str] = "chatterbox"
     sample_rate: int = SAMPLE_RATE
     multilingual: ClassVar[bool] = False
+    voice: str  # always named: the stored voice, the clip's name, or "default"
 
     def __init__(
         self,

@@ -60,6 +60,7 @@ class EspeakEngine(TtsEngine):
     name: ClassVar[str] = "espeak-ng"
     multilingual: ClassVar[bool] = True
     sample_rate = 22_050
+    voice: str  # DEFAULT_VOICE when none is asked for
 
     def __init__(self, voice: str | None = None, **_options: Any) -> None:
         self._binary = _binary()
