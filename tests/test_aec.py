@@ -22,7 +22,7 @@ SAMPLE_RATE = 16_000
 
 @pytest.fixture(scope="module")
 def room(pulse):
-    """The room harness with DESIGN.md's echo path; the microphone records its output."""
+    """The room harness with docs/design.md's echo path; the microphone records its output."""
     with running_room(pulse) as started:
         yield started
 

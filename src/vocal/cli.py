@@ -14,7 +14,7 @@ completion stay at the cost of Typer itself (guarded by tests/test_startup.py an
 benchmarks/startup).
 
 Errors: the library raises `VocalError` subclasses; `main()` is the one place that turns them
-into `vocal: error: ...` on stderr and the exit code (DESIGN.md). `VOCAL_DEBUG=1` re-raises.
+into `vocal: error: ...` on stderr and the exit code (docs/design.md). `VOCAL_DEBUG=1` re-raises.
 """
 
 from __future__ import annotations
@@ -376,7 +376,8 @@ app = typer.Typer(
     "5 audio device or engine unavailable, 130 interrupted. VOCAL_DEBUG=1 shows tracebacks.",
     add_completion=False,
     no_args_is_help=True,
-    rich_markup_mode=None,  # Rich help doubles --help time (STYLE.md); plain help is enough
+    # Rich help doubles --help time (docs/design.md, "Fast start"); plain help is enough
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )

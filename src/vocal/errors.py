@@ -1,6 +1,6 @@
 """Errors the library raises, each carrying the process exit code the CLI turns it into.
 
-Exit codes are part of vocal's interface (see DESIGN.md): scripts and agents branch on them.
+Exit codes are part of vocal's interface (see docs/design.md): scripts and agents branch on them.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ OFFLINE_HINT = "connect to the network once to fetch it, or pass --model PATH to
 
 
 def first_line(exc: BaseException) -> str:
-    """An exception's message cut to one line (errors are one line, DESIGN.md)."""
+    """An exception's message cut to one line (errors are one line, docs/design.md)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 

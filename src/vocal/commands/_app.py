@@ -8,9 +8,9 @@ import typer
 
 
 def command_app(**settings: Any) -> typer.Typer:
-    """A Typer app for one command module: plain help (Rich doubles --help time, STYLE.md),
-    no per-command completion options (`vocal completions` serves all), no pretty tracebacks
-    (vocal.cli.main reports errors)."""
+    """A Typer app for one command module: plain help (Rich doubles --help time: docs/design.md,
+    "Fast start"), no per-command completion options (`vocal completions` serves all), no pretty
+    tracebacks (vocal.cli.main reports errors)."""
     defaults: dict[str, Any] = {
         "add_completion": False,
         "rich_markup_mode": None,

@@ -1,7 +1,7 @@
 """Gates: `vocal mute`, `vocal unmute`, `vocal volume N`, persisted in the state directory.
 
 They are checked before any synthesis cost is paid: muted, or a volume of 0, means no engine is
-loaded and nothing is synthesized (DESIGN.md), not that silence is played. The file is
+loaded and nothing is synthesized (docs/design.md), not that silence is played. The file is
 `<home>/gates.json`, written atomically; a missing file means the defaults (unmuted, 100 %), and
 so does a malformed one (not JSON, nested too deep, a field of the wrong type), which is
 quarantined on the way (`vocal.floor.statefiles.read_record`): a broken state file can never silence

@@ -2,7 +2,7 @@
 
 `load_stt(name, model)` returns a loaded engine; `engine.transcribe(audio)` returns a
 `Transcript`. Engines live in their own modules and are listed in `ENGINES` as "module:Class"
-strings, so choosing one imports nothing until it is used (STYLE.md: fast start).
+strings, so choosing one imports nothing until it is used (docs/design.md, "Fast start").
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ writes the same weights under the names and layouts mlx-whisper expects, once, i
 given to `--model` is converted the same way; an MLX directory (config.json + weights) is used
 as it is; other names come from the hub's mlx-community conversions.
 
-CI exercises this engine on Linux x86_64 through `mlx[cpu]` (DESIGN.md), with float32 weights:
+CI exercises this engine on Linux x86_64 through `mlx[cpu]` (docs/design.md), with float32 weights:
 float16 is what the Apple GPU is fast at, and what the CPU is slow at.
 """
 

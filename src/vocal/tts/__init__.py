@@ -3,7 +3,7 @@
 An engine turns one sentence into mono float32 samples at its `sample_rate`. The caller splits
 text into sentences and synthesizes the next while the current one plays (vocal.speaking.speech).
 Engines are listed in `ENGINES` as "module:Class" strings and imported on demand, so naming one
-costs nothing until it speaks (STYLE.md: fast start).
+costs nothing until it speaks (docs/design.md, "Fast start").
 
 Voices: every engine has built-in voices (`voice_names(engine)`); `None` is the engine's
 default. An unknown voice is a `UsageError` (exit 2) that lists the known ones; a missing engine
