@@ -39,6 +39,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from vocal.duplex.adapters import INPUT_TIMEOUT_S, SpeechOutput, TurnSource
+from vocal.duplex.echo_guard import EchoGuard
 from vocal.duplex.options import ConverseOptions, ConverseResult
 from vocal.duplex.outcome import TurnParts, converse_result, record_history
 from vocal.errors import DeviceError, UsageError
@@ -243,10 +244,10 @@ class _Run:
         if self.parts.use_aec:
             from vocal.duplex.aec import EchoCanceller
 
-            canceller = self.parts.canceller = EchoCanceller(
+            guard = self.parts.guard = EchoGuard(EchoCanceller(
                 render_sample_rate=self.rate, log_levels=self.settings.barge_in_trace
-            )
-            on_block = canceller.capture
+            ))  # fmt: skip
+            on_block = guard.capture
         mic = self.parts.mic = Microphone(
             16_000, device=self.options.input_device or self.settings.input_device,
             on_block=on_block,
@@ -258,7 +259,7 @@ class _Run:
         """Play the reply while watching the microphone; returns the blocks to hand to the
         endpointer first (a barge-in's pre-roll) and the time from which capture counts."""
         from vocal.audio.vad import SileroVad
-        from vocal.duplex.bargein import BargeInDetector, BargeInOptions
+        from vocal.duplex.bargein import BargeInOptions
         from vocal.speaking.output import open_speech_output
         from vocal.speaking.speech import Speech, engine_loader
 
@@ -273,14 +274,11 @@ class _Run:
             voice=parts.voice, sample_rate=self.rate, speed=self.options.speed or settings.speed,
             report=self.report, keep_audio=True, started_at_s=parts.started_at_s,
         ).start()  # fmt: skip
-        guard = turn.guard_block
-        canceller = parts.canceller
-        render = canceller.render if canceller is not None else None
+        floor_guard, echo_guard = turn.guard_block, parts.guard
 
         def on_block(block: np.ndarray) -> None:
-            guard(block)  # silence first once the floor is lost: AEC sees what is really played
-            if render is not None:
-                render(block)
+            floor_guard(block)  # silence first once the floor is lost: AEC sees what is played
+            echo_guard.render(block)
 
         try:
             player = parts.player = open_speech_output(
@@ -294,7 +292,7 @@ class _Run:
         speech.attach_output(player)
         # A resume restarts the far end after a silence and the canceller finds the echo path
         # again: barge-in waits (BargeInOptions.resume_inhibit_ms).
-        turn.attach_output(SpeechOutput(speech, player, on_resume=self._hold_barge_in))
+        turn.attach_output(SpeechOutput(speech, player, on_resume=echo_guard.hold_after_resume))
         turn.set_state("playing")
         detector = None
         vad = None
@@ -310,14 +308,7 @@ class _Run:
                 )
             except ValueError as exc:  # a bad value from VOCAL_* or config.toml
                 raise UsageError(f"bad barge-in setting: {exc}") from None
-            detector = parts.detector = BargeInDetector(
-                vad, speech.stop, bargein_options,
-                activity=canceller.activity if canceller is not None else None,
-                glitches=lambda: (canceller.glitches if canceller is not None else 0)
-                + player.underflows + mic.overflows,
-                attenuation=canceller.attenuation_db if canceller is not None else None,
-                echo_levels=canceller.echo_levels_db if canceller is not None else None,
-            )  # fmt: skip
+            detector = echo_guard.watch(vad, speech.stop, bargein_options, player=player, mic=mic)
         # The cleaned blocks of the last few seconds: a barge-in decided late (an inhibit window
         # held it back) still hands the endpointer the person's first word.
         recent: collections.deque[Block] = collections.deque(maxlen=KEEP_BLOCKS)
@@ -332,9 +323,7 @@ class _Run:
                     break
                 recent.append(block)
                 if detector is not None:
-                    if canceller is not None and canceller.capture_delay_frames:
-                        detector.delay_frames = canceller.capture_delay_frames
-                    fired = detector.feed(block.samples, block.captured_at_s)
+                    fired = echo_guard.feed(block)
                     if fired is not None:
                         parts.clock["barge_in"] = fired.at_s
                         break
@@ -371,11 +360,6 @@ class _Run:
             tail_s = (BargeInOptions().tail_inhibit_ms / 1000) if parts.use_aec else 0.0
             return [], ended_s + tail_s
         return [], ended_s + REVERB_GAP_MS / 1000
-
-    def _hold_barge_in(self) -> None:
-        detector = self.parts.detector
-        if detector is not None:
-            detector.hold(detector.options.resume_inhibit_ms / 1000)
 
     def _kept_blocks(
         self, detector: BargeInDetector, recent: collections.deque[Block]

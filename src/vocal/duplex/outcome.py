@@ -12,13 +12,12 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from vocal.duplex.echo_guard import EchoGuard
 from vocal.duplex.options import ConverseResult
 
 if TYPE_CHECKING:
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
-    from vocal.duplex.aec import EchoCanceller
-    from vocal.duplex.bargein import BargeInDetector
     from vocal.floor.turn import Turn
     from vocal.hearing.endofturn import TurnModelLoader
     from vocal.hearing.listening import ListenResult
@@ -47,8 +46,8 @@ class TurnParts:
     player: Player | None = None
     #: None again once `listen` has closed it.
     mic: Microphone | None = None
-    canceller: EchoCanceller | None = None
-    detector: BargeInDetector | None = None
+    #: The echo canceller (None without AEC) and the barge-in detector (None in half-duplex).
+    guard: EchoGuard = field(default_factory=EchoGuard)
     #: The output's underflows, kept when it closes.
     underflows: int = 0
     speech_result: SpeechResult | None = None
@@ -107,7 +106,7 @@ def converse_result(
 ) -> ConverseResult:
     """The `ConverseResult` of a turn; `trace` adds the detector's trace and the canceller's
     levels (VOCAL_BARGE_IN_TRACE)."""
-    detector, player, canceller = parts.detector, parts.player, parts.canceller
+    detector, player, canceller = parts.guard.detector, parts.player, parts.guard.canceller
     loader = parts.loader
     fired = detector.fired if detector is not None else None
     speech_result = parts.speech_result
