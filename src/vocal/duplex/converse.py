@@ -43,6 +43,7 @@ from vocal.duplex.echo_guard import EchoGuard
 from vocal.duplex.options import ConverseOptions, ConverseResult
 from vocal.duplex.outcome import TurnParts, converse_result, record_history
 from vocal.errors import DeviceError, UsageError
+from vocal.floor.phases import TurnPhase
 
 if TYPE_CHECKING:
     import numpy as np
@@ -219,7 +220,7 @@ class _Run:
 
             parts.turn_loader = TurnModelLoader()
         self.phase = "listening"
-        turn.set_state("listening")
+        turn.set_phase(TurnPhase.LISTENING)
         source = TurnSource(mic, kept, heard_from_s=heard_from_s,
                              drop_before=not parts.barge_in)  # fmt: skip
         from vocal.hearing.listening import listen
@@ -293,7 +294,7 @@ class _Run:
         # A resume restarts the far end after a silence and the canceller finds the echo path
         # again: barge-in waits (BargeInOptions.resume_inhibit_ms).
         turn.attach_output(SpeechOutput(speech, player, on_resume=echo_guard.hold_after_resume))
-        turn.set_state("playing")
+        turn.set_phase(TurnPhase.PLAYING)
         detector = None
         vad = None
         if parts.barge_in:

@@ -35,6 +35,7 @@ from vocal.floor.conch_hold import HoldWatcher
 from vocal.floor.conch_records import ConchCancelled, ConchLost, Held, Holder, default_session
 from vocal.floor.control import ControlServer
 from vocal.floor.history import History, Recording, Utterance
+from vocal.floor.phases import IllegalTransition, TurnPhase, allowed
 
 if TYPE_CHECKING:
     from vocal.audio.player import Player
@@ -109,7 +110,10 @@ class Turn:
         self.conch = Conch.from_settings(settings)
         self.history = History.from_settings(settings)
         self.held: Held | None = None
-        self.state = "starting"
+        #: Where the turn is (`set_phase` moves it; vocal.floor.phases has the moves).
+        self.phase = TurnPhase.STARTING
+        self._phase_lock = threading.Lock()
+        self._strict_phases = os.environ.get("VOCAL_STRICT_PHASES") == "1"
         self.position: int | None = None
         self.events: queue.SimpleQueue[TurnEvent] = queue.SimpleQueue()
         self.stopped = threading.Event()
@@ -144,7 +148,7 @@ class Turn:
                 ).start()
             if self.use_conch:
                 self._take_floor()
-            self.state = "ready"
+            self.set_phase(TurnPhase.READY)
         except BaseException:
             self._cleanup()
             raise
@@ -154,7 +158,7 @@ class Turn:
         self._cleanup()
 
     def _take_floor(self) -> None:
-        self.state = "waiting"
+        self.set_phase(TurnPhase.WAITING)
         try:
             self.held = self.conch.acquire(
                 session=self.session,
@@ -212,7 +216,7 @@ class Turn:
             # Exiting while that thread is inside Pa_Initialize crashes the interpreter at
             # shutdown (SIGSEGV seen when SIGTERM came during the wait): let it finish.
             self._warmer.join(5.0)
-        self.state = "done"
+        self.set_phase(TurnPhase.DONE)
 
     def _install_signal_handlers(self) -> None:
         # SIGTERM/SIGHUP would end the process without unwinding: no release, socket left.
@@ -257,9 +261,27 @@ class Turn:
                 with contextlib.suppress(Exception):
                     self._output.stop()
 
-    def set_state(self, state: str) -> None:
-        """What `status` reports: "playing", "listening", ..."""
-        self.state = state
+    @property
+    def state(self) -> TurnPhase:
+        """The phase (read-only: `set_phase` moves it)."""
+        return self.phase
+
+    def set_phase(self, phase: TurnPhase) -> None:
+        """Move the turn to `phase` (what `status` reports as "state"), from any thread.
+
+        A move that `vocal.floor.phases.TRANSITIONS` does not allow raises `IllegalTransition`
+        where transitions are strict (VOCAL_STRICT_PHASES=1: the tests). Elsewhere it is
+        reported on stderr and made anyway: the phase only reports what the turn is doing, so
+        refusing it would make `status` lie, and raising would end a turn that is playing and
+        holds the floor (or fail a control request on the socket's thread) over bookkeeping.
+        """
+        with self._phase_lock:
+            old = self.phase
+            if not allowed(old, phase):
+                if self._strict_phases:
+                    raise IllegalTransition(f"turn phase {old} -> {phase}")
+                _stderr(f"warning: turn phase {old} -> {phase} is not an allowed transition")
+            self.phase = phase
 
     def check(self) -> None:
         """Raise `ConchLost` if the floor was taken from this turn."""
@@ -317,7 +339,7 @@ class Turn:
             )
             result.played_ids.append(self._current.id if self._current else None)
             self.attach_output(player)
-            self.state = "playing"
+            self.set_phase(TurnPhase.PLAYING)
             event = None
             try:
                 player.play(samples)
@@ -330,7 +352,7 @@ class Turn:
                     result.started_at_s = getattr(player, "started_at_s", None)
                 result.underflows += getattr(player, "underflows", 0)
                 result.ended_at_s = time.monotonic()
-            self.state = "ready"
+            self.set_phase(TurnPhase.READY)
             if event is None:
                 result.outcome = "finished"
                 return result
@@ -380,16 +402,16 @@ class Turn:
                     output.stop()
             elif cmd == "pause":
                 if output is None:
-                    reply = {"ok": False, "error": f"nothing is playing (state {self.state})"}
+                    reply = {"ok": False, "error": f"nothing is playing (state {self.phase})"}
                 else:
                     output.pause()
-                    self.state = "paused"
+                    self.set_phase(TurnPhase.PAUSED)
             elif cmd == "resume":
                 if output is None:
-                    reply = {"ok": False, "error": f"nothing is playing (state {self.state})"}
+                    reply = {"ok": False, "error": f"nothing is playing (state {self.phase})"}
                 else:
                     output.resume()
-                    self.state = "playing"
+                    self.set_phase(TurnPhase.PLAYING)
             elif cmd == "skip_forward":
                 self.events.put(TurnEvent("skip_forward", at_s=now()))
                 if output is not None:
@@ -415,7 +437,7 @@ class Turn:
         output = self._output
         current = self._current
         info: dict[str, Any] = {
-            "state": self.state,
+            "state": self.phase.value,
             "pid": os.getpid(),
             "kind": self.kind,
             "session": self.session,

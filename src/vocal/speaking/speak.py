@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vocal.errors import EngineError, UsageError
+from vocal.floor.phases import TurnPhase
 from vocal.speaking.output import open_speech_output
 from vocal.speaking.results import SentenceRecord, SpeechResult, TurnOutcome
 from vocal.speaking.speech import (
@@ -318,7 +319,7 @@ def play_in_turn(
         # The turn's control handler acts on the output itself (stop, pause and resume land
         # within one block from the socket's thread); the events then end the speech here.
         turn.attach_output(output)
-        turn.set_state("playing")
+        turn.set_phase(TurnPhase.PLAYING)
         speech.attach_output(output)
         if on_start is not None:
             on_start(speech)
@@ -343,7 +344,7 @@ def play_in_turn(
         raise
     finally:
         turn.attach_output(None)
-        turn.set_state("ready")
+        turn.set_phase(TurnPhase.READY)
         output.close()
         if writer is not None:
             writer.finish()
