@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 # -- adapters ---------------------------------------------------------------------------------
 class SpeechOutput:
     """What `Turn` acts on from its control thread (stop/pause/resume/status), routed to the
-    `Speech` so its synthesis thread stops too, not only the Player."""
+    `Speech` so its synthesis thread stops too, not only the Player (a
+    `vocal.audio.output.PlaybackControl`)."""
 
     def __init__(self, speech: Speech, player: Player, on_resume: Callable[[], None] | None = None):
         self.speech, self.player = speech, player
@@ -41,6 +42,12 @@ class SpeechOutput:
 
     @property
     def played_frames(self) -> int:
+        return self.player.played_frames
+
+    @property
+    def consumed_frames(self) -> int:
+        """What `status` reports as played: the device's frames, silence included (as before
+        the `PlaybackControl` protocol; speak and play report the reply's own frames)."""
         return self.player.played_frames
 
 

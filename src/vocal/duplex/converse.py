@@ -46,8 +46,6 @@ from vocal.errors import DeviceError, UsageError
 from vocal.floor.phases import TurnPhase
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from vocal.audio.devices import Block, Microphone
     from vocal.config import Settings
     from vocal.duplex.bargein import BargeInDetector
@@ -261,7 +259,7 @@ class _Run:
         endpointer first (a barge-in's pre-roll) and the time from which capture counts."""
         from vocal.audio.vad import SileroVad
         from vocal.duplex.bargein import BargeInOptions
-        from vocal.speaking.output import open_speech_output
+        from vocal.speaking.output import open_speech_player
         from vocal.speaking.speech import Speech, engine_loader
 
         settings, parts = self.settings, self.parts
@@ -275,16 +273,13 @@ class _Run:
             voice=parts.voice, sample_rate=self.rate, speed=self.options.speed or settings.speed,
             report=self.report, keep_audio=True, started_at_s=parts.started_at_s,
         ).start()  # fmt: skip
-        floor_guard, echo_guard = turn.guard_block, parts.guard
-
-        def on_block(block: np.ndarray) -> None:
-            floor_guard(block)  # silence first once the floor is lost: AEC sees what is played
-            echo_guard.render(block)
-
+        echo_guard = parts.guard
         try:
-            player = parts.player = open_speech_output(
+            # The observer chain (vocal.audio.output): the floor guard silences the block once
+            # the floor is lost, before the canceller's reverse stream sees what is played.
+            player = parts.player = open_speech_player(
                 self.rate, device=self.options.output_device or settings.output_device,
-                volume=self.gain, on_block=on_block,
+                volume=self.gain, observers=(turn.guard_block, echo_guard.render),
             )  # fmt: skip
         except BaseException as exc:
             speech.fail(exc)

@@ -38,6 +38,9 @@ from vocal.floor.history import History, Recording, Utterance
 from vocal.floor.phases import IllegalTransition, TurnPhase, allowed
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from vocal.audio.output import PlaybackControl
     from vocal.audio.player import Player
     from vocal.audio.wav import Audio
     from vocal.config import Settings
@@ -120,7 +123,7 @@ class Turn:
         self.lost = threading.Event()
         self._cancel = threading.Event()
         self._callbacks: dict[str, list[Callback]] = {}
-        self._output: Player | None = None
+        self._output: PlaybackControl | None = None
         self._output_lock = threading.RLock()
         self._current: Utterance | None = None
         self._server: ControlServer | None = None
@@ -242,15 +245,16 @@ class Turn:
         ends the recording)."""
         self._callbacks.setdefault(cmd, []).append(callback)
 
-    def attach_output(self, output: Player | None) -> None:
+    def attach_output(self, output: PlaybackControl | None) -> None:
         """The output that stop/pause/resume/skip act on (None: detach)."""
         with self._output_lock:
             self._output = output
 
-    def guard_block(self, out: Any) -> None:
-        """The output's `on_block` hook: silence once the floor is lost or its hold has run
-        out. The watcher stops the output within its poll, but a process frozen (SIGSTOP) past
-        its expiry would otherwise talk over the next speaker for that long when it wakes."""
+    def guard_block(self, out: np.ndarray) -> None:
+        """A block observer of the output (the second: vocal.audio.output): silence once the
+        floor is lost or its hold has run out. The watcher stops the output within its poll,
+        but a process frozen (SIGSTOP) past its expiry would otherwise talk over the next
+        speaker for that long when it wakes."""
         watcher = self._watcher
         if watcher is not None and (self.lost.is_set() or time.time() >= watcher.valid_until):
             out[:] = 0.0
@@ -319,7 +323,7 @@ class Turn:
         Raises:
             ConchLost: the floor was taken while playing.
         """
-        from vocal.audio.playback import open_output
+        from vocal.audio.player import Player
 
         if record:
             with self.begin_utterance(text=text, voice=voice or self.voice,
@@ -334,9 +338,9 @@ class Turn:
         samples, sample_rate = audio.mono_samples, audio.sample_rate
         while True:
             self.check()
-            player = open_output(
-                sample_rate, device=device, volume=volume, on_block=self.guard_block
-            )
+            player = Player(sample_rate, device=device, volume=volume)
+            player.add_block_observer(self.guard_block)
+            player.open()
             result.played_ids.append(self._current.id if self._current else None)
             self.attach_output(player)
             self.set_phase(TurnPhase.PLAYING)
@@ -349,8 +353,8 @@ class Turn:
                 self.attach_output(None)
                 player.stop() if event is not None else player.close()
                 if result.started_at_s is None:
-                    result.started_at_s = getattr(player, "started_at_s", None)
-                result.underflows += getattr(player, "underflows", 0)
+                    result.started_at_s = player.started_at_s
+                result.underflows += player.underflows
                 result.ended_at_s = time.monotonic()
             self.set_phase(TurnPhase.READY)
             if event is None:
@@ -451,7 +455,7 @@ class Turn:
             info["utterance"] = {"id": current.id, "text": current.text}
         if output is not None:
             # The reply's audio sent so far: paused time and silence do not count (issue 17).
-            played = getattr(output, "consumed_frames", output.played_frames)
+            played = output.consumed_frames
             info["played_s"] = round(played / output.sample_rate, 3)
             info["paused"] = bool(output.paused)
         for callback in self._callbacks.get("status", []):
