@@ -258,7 +258,7 @@ class _Run:
         """Play the reply while watching the microphone; returns the blocks to hand to the
         endpointer first (a barge-in's pre-roll) and the time from which capture counts."""
         from vocal.audio.vad import SileroVad
-        from vocal.duplex.bargein import BargeInOptions
+        from vocal.duplex.bargein import BargeInOptions, barge_in_options
         from vocal.speaking.output import open_speech_player
         from vocal.speaking.speech import Speech, engine_loader
 
@@ -294,16 +294,7 @@ class _Run:
         vad = None
         if parts.barge_in:
             vad = SileroVad()
-            try:
-                bargein_options = BargeInOptions(
-                    threshold=settings.barge_in_threshold,
-                    consecutive_chunks=settings.barge_in_chunks,
-                    onset_threshold=settings.barge_in_onset_threshold,
-                    fast_chunks=settings.barge_in_fast_chunks,
-                    double_talk_db=settings.barge_in_double_talk_db,
-                )
-            except ValueError as exc:  # a bad value from VOCAL_* or config.toml
-                raise UsageError(f"bad barge-in setting: {exc}") from None
+            bargein_options = barge_in_options(settings)
             detector = echo_guard.watch(vad, speech.stop, bargein_options, player=player, mic=mic)
         # The cleaned blocks of the last few seconds: a barge-in decided late (an inhibit window
         # held it back) still hands the endpointer the person's first word.
