@@ -26,6 +26,8 @@ def vocal_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             monkeypatch.delenv(name)
     home = tmp_path / "vocal-home"
     monkeypatch.setenv("VOCAL_HOME", str(home))
+    # A turn phase move that vocal.floor.phases does not allow raises here (production warns).
+    monkeypatch.setenv("VOCAL_STRICT_PHASES", "1")
     return home
 
 

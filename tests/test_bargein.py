@@ -387,3 +387,17 @@ def test_talking_over_the_reply_stops_it_and_keeps_the_words(room, vad, tmp_path
     heard = np.concatenate([barge_in.pre_roll, after])
     text = load_stt("auto", "tiny.en").transcribe(Audio(heard, SAMPLE_RATE)).text
     assert word_error_rate(INTERRUPTION, text) <= 0.3, (text, turn.glitches, turn.underflows)
+
+
+def test_barge_in_options_are_built_once_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vocal.config import load_settings
+    from vocal.duplex.bargein import barge_in_options
+    from vocal.errors import UsageError
+
+    monkeypatch.setenv("VOCAL_BARGE_IN_CHUNKS", "4")
+    assert barge_in_options(load_settings()).consecutive_chunks == 4
+    monkeypatch.setenv("VOCAL_BARGE_IN_THRESHOLD", "0.2")
+    monkeypatch.setenv("VOCAL_BARGE_IN_ONSET_THRESHOLD", "0.3")  # above the threshold
+    with pytest.raises(UsageError, match="^bad barge-in setting: ") as caught:
+        barge_in_options(load_settings())
+    assert caught.value.exit_code == 2

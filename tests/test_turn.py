@@ -18,6 +18,7 @@ from vocal.errors import Interrupted
 from vocal.floor.conch import Conch
 from vocal.floor.conch_records import ConchBusy, ConchLost
 from vocal.floor.control import endpoints, find_endpoint, send_command
+from vocal.floor.phases import TRANSITIONS, IllegalTransition, TurnPhase, allowed
 from vocal.floor.turn import Turn
 
 
@@ -39,6 +40,36 @@ def test_turn_holds_the_floor_and_a_socket_and_cleans_up() -> None:
         assert turn.holds_floor
     assert floor().status().holder is None
     assert os.listdir(settings.run_dir) == []
+
+
+def test_turn_phases_move_only_as_the_table_allows() -> None:
+    settings = load_settings(session="me")
+    with Turn(settings, use_conch=False) as turn:
+        assert turn.phase is TurnPhase.READY
+        [endpoint] = endpoints(settings.run_dir)
+        turn.set_phase(TurnPhase.LISTENING)  # converse after a muted reply
+        reply = send_command(endpoint, "status")
+        # The phase is a str enum: the status line carries the bare value, as before.
+        assert reply["state"] == "listening" and '"state": "listening"' in json.dumps(reply)
+        with pytest.raises(IllegalTransition, match="listening -> playing"):
+            turn.set_phase(TurnPhase.PLAYING)  # VOCAL_STRICT_PHASES=1 (conftest)
+        assert turn.phase is TurnPhase.LISTENING
+    assert turn.phase is TurnPhase.DONE
+    assert str(TurnPhase.PAUSED) == "paused" and f"{TurnPhase.WAITING}" == "waiting"
+    for old, targets in TRANSITIONS.items():
+        assert allowed(old, old)  # staying put is not a move
+        assert old is TurnPhase.DONE or TurnPhase.DONE in targets  # any phase may end
+
+
+def test_an_illegal_phase_move_outside_tests_warns_and_is_made(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.delenv("VOCAL_STRICT_PHASES")
+    with Turn(load_settings(), use_conch=False, control=False) as turn:
+        turn.set_phase(TurnPhase.LISTENING)
+        turn.set_phase(TurnPhase.PLAYING)
+        assert turn.phase is TurnPhase.PLAYING
+    assert "turn phase listening -> playing is not an allowed transition" in capsys.readouterr().err
 
 
 def test_turn_cleans_up_when_the_body_raises() -> None:

@@ -11,10 +11,12 @@ This module is on the `--help` path: standard library only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -243,6 +245,17 @@ def _setting_of(name: str) -> str:
         if name in (f.name, env_name(f)):
             return f.name
     return name
+
+
+@contextlib.contextmanager
+def bad_setting(what: str) -> Iterator[None]:
+    """The one place an options class's `ValueError` (`EndpointOptions`, `EndOfTurnOptions`,
+    `BargeInOptions` built from these settings and a command's flags) becomes a usage error:
+    "bad <what> setting: <why>" (exit 2)."""
+    try:
+        yield
+    except ValueError as exc:
+        raise UsageError(f"bad {what} setting: {exc}") from None
 
 
 def require_finite(name: str, value: float | None) -> float | None:

@@ -481,7 +481,7 @@ def play_turn(
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
     from vocal.duplex import aec as aec_module
-    from vocal.duplex.bargein import BargeInDetector
+    from vocal.duplex.echo_guard import EchoGuard
 
     aec_module._reset_shared_apm()  # every turn is a new process: a fresh canceller
     canceller = aec_module.EchoCanceller(
@@ -490,16 +490,17 @@ def play_turn(
         glitch_slack_s=glitch_slack_s or aec_module.CALLBACK_GLITCH_S,
         raw_when_quiet_s=raw_when_quiet_s,
     )
+    guard = EchoGuard(canceller)  # wired as converse wires it
     raw: list[np.ndarray] = []
 
     def render(block: np.ndarray) -> None:
-        canceller.render(block)
+        guard.render(block)
         if render_log is not None:
             render_log.append((time.monotonic(), float(np.max(np.abs(block)))))
 
     def capture(block: np.ndarray) -> np.ndarray:
         raw.append(block.copy())
-        return canceller.capture(block)
+        return guard.capture(block)
 
     mic = Microphone(SAMPLE_RATE, on_block=capture).open()
     player = Player(sample_rate, on_block=render).open()  # plays silence until `play`
@@ -511,11 +512,7 @@ def play_turn(
 
     detector = None
     if speech_probability is not None:
-        detector = BargeInDetector(
-            speech_probability, stop, options, activity=canceller.activity,
-            glitches=lambda: canceller.glitches + player.underflows + mic.overflows,
-            attenuation=canceller.attenuation_db, echo_levels=canceller.echo_levels_db,
-        )  # fmt: skip
+        detector = guard.watch(speech_probability, stop, options, player=player, mic=mic)
     cleaned: list[np.ndarray] = []
     # Play only once capture runs: a new input stream's first block can take half a second
     # on a loaded machine, and the canceller must see the echo from its first sample.
@@ -533,9 +530,7 @@ def play_turn(
         for block in mic.blocks():
             cleaned.append(block.samples)
             if detector is not None and detector.fired is None:
-                if canceller.capture_delay_frames is not None:
-                    detector.delay_frames = canceller.capture_delay_frames
-                detector.feed(block.samples, block.captured_at_s)
+                guard.feed(block)
             if deadline is None and (player.done or stopped):
                 wait = listen_after_barge_in_s if stopped else after_s
                 deadline = time.monotonic() + wait
@@ -544,7 +539,7 @@ def play_turn(
     finally:
         player.close()
         mic.close()
-    delay = canceller.capture_delay_frames or 0
+    delay = guard.capture_delay_frames
     captured = np.concatenate(raw) if raw else np.zeros(0, np.float32)
     clean = np.concatenate(cleaned)[delay:] if cleaned else np.zeros(0, np.float32)
     n = min(captured.shape[0], clean.shape[0])

@@ -223,7 +223,8 @@ class Microphone:
         self.overflows = 0
         self._device = device
         self._on_block = on_block
-        self._queue: queue.SimpleQueue[Block | None] = queue.SimpleQueue()
+        #: Blocks, or (bytes, time) from the raw callback until `read` makes them arrays.
+        self._queue: queue.SimpleQueue[Block | tuple[bytes, float] | None] = queue.SimpleQueue()
         self._stream: Any = None
         self.opened_at_s: float | None = None
 
@@ -258,7 +259,7 @@ class Microphone:
     def _raw_callback(self, indata: Any, frames: int, _time: Any, status: Any) -> None:
         if status.input_overflow:
             self.overflows += 1
-        self._queue.put(Block(bytes(indata), time.monotonic()))
+        self._queue.put((bytes(indata), time.monotonic()))
 
     def read(self, timeout_s: float | None = None) -> Block | None:
         """The next block, or None when closed (or after `timeout_s` with nothing captured)."""
@@ -266,10 +267,11 @@ class Microphone:
             block = self._queue.get(timeout=timeout_s)
         except queue.Empty:
             return None
-        if block is not None and isinstance(block.samples, bytes):
+        if isinstance(block, tuple):
             import numpy as np
 
-            block = Block(np.frombuffer(block.samples, np.float32).copy(), block.captured_at_s)
+            data, captured_at_s = block
+            return Block(np.frombuffer(data, np.float32).copy(), captured_at_s)
         return block
 
     def blocks(self, timeout_s: float = 2.0) -> Iterator[Block]:

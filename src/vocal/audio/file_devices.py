@@ -61,7 +61,7 @@ class WavSource:
 
 
 class WavSink:
-    """`--output FILE`: the Player interface, writing a WAV instead of playing.
+    """`--output FILE`: an `Output` (vocal.audio.output) that writes a WAV instead of playing.
 
     Nothing plays in real time: `finish()` writes the whole file at once, through
     `vocal.audio.wav.write_wav` (a temporary file renamed over the old one). A turn that is
@@ -119,6 +119,14 @@ class WavSink:
     def wait(self, timeout_s: float | None = None) -> bool:
         return self._done.wait(timeout_s)
 
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def flush(self, timeout_s: float = 0.5) -> int:
+        """Nothing is queued: everything is "played" at once."""
+        return 0
+
     def pause(self) -> None:
         pass
 
@@ -128,6 +136,10 @@ class WavSink:
     @property
     def played_frames(self) -> int:
         return sum(p.shape[0] for p in self._parts)
+
+    @property
+    def consumed_frames(self) -> int:
+        return self.played_frames
 
     def _write(self) -> None:
         import numpy as np

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 from vocal.audio.devices import (
     DEFAULT_OUTPUT_BLOCK_FRAMES,
     DEFAULT_REFERENCE_S,
-    BlockHook,
     close_stream,
     sounddevice,
     start_stream,
@@ -24,6 +23,8 @@ from vocal.errors import DeviceError
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from vocal.audio.output import BlockObserver
 
 
 # -- the reference ------------------------------------------------------------------------------
@@ -81,7 +82,9 @@ class Player:
     `wait()` blocks until the device has played it all. `stop()` is the kill handle: the callback
     writes silence from its next block and the stream is aborted, so sound stops within one block
     plus the device's buffer. `pause()`/`resume()` hold the position and play silence meanwhile.
-    Every block sent to the device goes to `reference` and to `on_block` (AEC's reverse stream).
+    Every block sent to the device goes to `reference`, then to the block observers in order
+    (`on_block` first, then each `add_block_observer`; the chain is described in
+    vocal.audio.output). It implements `vocal.audio.output.Output`.
     """
 
     def __init__(
@@ -91,7 +94,7 @@ class Player:
         device: str | int | None = None,
         block_frames: int = DEFAULT_OUTPUT_BLOCK_FRAMES,
         volume: float = 1.0,
-        on_block: BlockHook | None = None,
+        on_block: BlockObserver | None = None,
         reference_s: float = DEFAULT_REFERENCE_S,
         latency: float | str = "low",
     ) -> None:
@@ -105,7 +108,7 @@ class Player:
         self.volume = volume
         self.reference = ReferenceBuffer(round(reference_s * sample_rate))
         self._device = device
-        self._on_block = on_block
+        self._observers: list[BlockObserver] = [] if on_block is None else [on_block]
         self._chunks: collections.deque[np.ndarray] = collections.deque()
         self._current: np.ndarray | None = None
         self._offset = 0
@@ -160,6 +163,12 @@ class Player:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def add_block_observer(self, observer: BlockObserver) -> None:
+        """Call `observer(block)` in the output callback after those added before it (see
+        vocal.audio.output for the chain and the rules an observer follows). Add observers
+        before `open`, or accept that one may join mid-stream."""
+        self._observers.append(observer)
 
     # producer side
     def play(self, samples: np.ndarray) -> None:
@@ -273,8 +282,8 @@ class Player:
         if self.volume != 1.0:
             out *= self.volume
         self.reference.write(out)
-        if self._on_block is not None:
-            self._on_block(out)
+        for observer in self._observers:
+            observer(out)
         if self._stopped:
             raise self._sd.CallbackAbort
         if filled:

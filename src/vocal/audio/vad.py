@@ -28,10 +28,14 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vocal.errors import EngineError
+
+if TYPE_CHECKING:
+    from vocal.config import Settings
 
 VAD_SAMPLE_RATE = 16_000
 #: Silero's chunk at 16 kHz: 32 ms. The model is trained on exactly this size.
@@ -216,6 +220,25 @@ class EndpointOptions:
 
 
 Confidence = Callable[[np.ndarray], float]
+
+
+def endpoint_options(
+    settings: Settings,
+    *,
+    silence_ms: int | None = None,
+    max_seconds: float | None = None,
+    no_speech_timeout_s: float | None = None,
+) -> EndpointOptions:
+    """`EndpointOptions` from the settings and a command's own flags (None: the setting), the
+    one place they are built; a bad value is a `UsageError` (vocal.config.bad_setting)."""
+    from vocal.config import bad_setting
+
+    with bad_setting("listening"):
+        return EndpointOptions(
+            min_silence_ms=silence_ms or settings.silence_ms,
+            max_duration_s=max_seconds or settings.max_seconds,
+            no_speech_timeout_s=no_speech_timeout_s or settings.no_speech_timeout_s,
+        )
 
 
 class Endpointer:

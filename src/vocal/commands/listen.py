@@ -88,12 +88,9 @@ def listen(
     made out), 5 no microphone or the speech engine/model is unavailable, 130 Ctrl-C before
     anyone spoke (or pressed twice).
     """
-    # The microphone opens first: everything else (numpy, the VAD, Whisper) loads while it
-    # records, since a turn is a process (vocal.audio.devices imports no numpy for this).
-    from vocal.audio.devices import Microphone
-    from vocal.audio.file_devices import WavSource
     from vocal.config import load_settings
-    from vocal.errors import UsageError
+    from vocal.errors import Interrupted, NoSpeechError
+    from vocal.hearing.listen_turn import listen_turn
 
     # Click's float options take "nan" and "inf", and NaN passes their `min=` (issue 17).
     settings = load_settings(
@@ -108,43 +105,7 @@ def listen(
         language=language,
         input_device=device,
     )
-    if input_file is not None:
-        source = WavSource(input_file).open()
-    else:
-        source = Microphone(device=settings.input_device).open()
-
-    import sys
-    import threading
-
-    from vocal.errors import Interrupted, NoSpeechError
-    from vocal.hearing.listening import ctrl_c_ends, listen_options
-    from vocal.hearing.listening import listen as listen_once
-    from vocal.hearing.stt_loading import stt_loader
-
-    try:
-        options = listen_options(settings, vad=vad, seconds=seconds)
-    except UsageError:  # a bad value from VOCAL_* or config.toml
-        source.close()
-        raise
-    loader = stt_loader(settings)
-    turn_loader = None
-    if options.vad and options.end_of_turn.enabled:
-        from vocal.hearing.endofturn import TurnModelLoader
-
-        turn_loader = TurnModelLoader()
-    meter = LevelMeter() if input_file is None and sys.stderr.isatty() else None
-    stop = threading.Event()
-    try:
-        with ctrl_c_ends(stop):
-            result = listen_once(source, stt=loader, options=options, stop=stop, on_block=meter,
-                                 turn_model=turn_loader)  # fmt: skip
-    finally:
-        if meter is not None:
-            meter.clear()
-        loader.wait()  # never exit while the engine loads in native code (it aborts)
-        if turn_loader is not None:
-            turn_loader.wait()
-
+    result = listen_turn(settings, vad=vad, seconds=seconds, input_file=input_file)
     if save is not None:
         from vocal.audio.wav import write_wav
 
@@ -165,40 +126,3 @@ def listen(
         )
     if not result.text:
         raise NoSpeechError("heard sound but made out no words")
-
-
-class LevelMeter:
-    """A one-line input level meter on stderr (a terminal only), redrawn at most 20 times/s."""
-
-    WIDTH = 30
-    FLOOR_DB = -60.0
-
-    def __init__(self) -> None:
-        import sys
-        import time
-
-        self._stream = sys.stderr
-        self._clock = time.monotonic
-        self._last = 0.0
-        self._peak_db = self.FLOOR_DB
-
-    def __call__(self, samples, state) -> None:  # noqa: ANN001 (numpy array, VadState)
-        import math
-
-        rms = math.sqrt(float((samples * samples).mean())) if samples.size else 0.0
-        db = max(self.FLOOR_DB, 20 * math.log10(rms) if rms > 0 else self.FLOOR_DB)
-        self._peak_db = max(self._peak_db, db)
-        now = self._clock()
-        if now - self._last < 0.05:
-            return
-        self._last = now
-        filled = round((self._peak_db - self.FLOOR_DB) / -self.FLOOR_DB * self.WIDTH)
-        bar = "#" * filled + "-" * (self.WIDTH - filled)
-        label = "speaking" if state.value in ("starting", "speaking") else "listening"
-        self._stream.write(f"\r[{bar}] {self._peak_db:6.1f} dBFS  {label:<9}")
-        self._stream.flush()
-        self._peak_db = self.FLOOR_DB
-
-    def clear(self) -> None:
-        self._stream.write("\r\x1b[K")
-        self._stream.flush()

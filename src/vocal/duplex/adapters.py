@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from vocal.audio.devices import Block
+    from vocal.audio.devices import Block, Microphone
+    from vocal.audio.player import Player
+    from vocal.speaking.speech import Speech
 
 
 # -- adapters ---------------------------------------------------------------------------------
 class SpeechOutput:
     """What `Turn` acts on from its control thread (stop/pause/resume/status), routed to the
-    `Speech` so its synthesis thread stops too, not only the Player."""
+    `Speech` so its synthesis thread stops too, not only the Player (a
+    `vocal.audio.output.PlaybackControl`)."""
 
-    def __init__(self, speech: Any, player: Any, on_resume: Callable[[], None] | None = None):
+    def __init__(self, speech: Speech, player: Player, on_resume: Callable[[], None] | None = None):
         self.speech, self.player = speech, player
         self.sample_rate = player.sample_rate
         self.on_resume = on_resume
@@ -41,6 +44,12 @@ class SpeechOutput:
     def played_frames(self) -> int:
         return self.player.played_frames
 
+    @property
+    def consumed_frames(self) -> int:
+        """What `status` reports as played: the device's frames, silence included (as before
+        the `PlaybackControl` protocol; speak and play report the reply's own frames)."""
+        return self.player.played_frames
+
 
 #: The microphone must deliver a block within this, or it is gone (Microphone.blocks).
 INPUT_TIMEOUT_S = 2.0
@@ -51,7 +60,7 @@ class TurnSource:
     pre-roll), then the still-open microphone; blocks captured before `heard_from_s` are
     silenced (the reply's tail) or dropped (half-duplex)."""
 
-    def __init__(self, mic: Any, first: list[Block], *, heard_from_s: float | None,
+    def __init__(self, mic: Microphone, first: list[Block], *, heard_from_s: float | None,
                  drop_before: bool) -> None:  # fmt: skip
         self.mic = mic
         self.sample_rate = mic.sample_rate

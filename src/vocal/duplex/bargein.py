@@ -42,6 +42,8 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import numpy as np
 
+    from vocal.config import Settings
+
 SpeechProbability = Callable[["np.ndarray"], float]
 
 
@@ -160,6 +162,21 @@ class BargeIn:
     pre_roll: np.ndarray
     #: Speech probabilities of the deciding run.
     probabilities: list[float] = field(default_factory=list)
+
+
+def barge_in_options(settings: Settings) -> BargeInOptions:
+    """`BargeInOptions` from the `barge_in_*` settings (VOCAL_BARGE_IN_* or config.toml), the
+    one place they are built; a bad value is a `UsageError` (vocal.config.bad_setting)."""
+    from vocal.config import bad_setting
+
+    with bad_setting("barge-in"):
+        return BargeInOptions(
+            threshold=settings.barge_in_threshold,
+            consecutive_chunks=settings.barge_in_chunks,
+            onset_threshold=settings.barge_in_onset_threshold,
+            fast_chunks=settings.barge_in_fast_chunks,
+            double_talk_db=settings.barge_in_double_talk_db,
+        )
 
 
 class BargeInDetector:

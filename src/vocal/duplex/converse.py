@@ -36,18 +36,21 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vocal.duplex.adapters import INPUT_TIMEOUT_S, SpeechOutput, TurnSource
+from vocal.duplex.echo_guard import EchoGuard
 from vocal.duplex.options import ConverseOptions, ConverseResult
-from vocal.duplex.outcome import RunOutcome
+from vocal.duplex.outcome import TurnParts, converse_result, record_history
 from vocal.errors import DeviceError, UsageError
+from vocal.floor.phases import TurnPhase
 
 if TYPE_CHECKING:
-    import numpy as np
-
-    from vocal.audio.devices import Block
+    from vocal.audio.devices import Block, Microphone
     from vocal.config import Settings
+    from vocal.duplex.bargein import BargeInDetector
+    from vocal.floor.turn import Turn
+    from vocal.hearing.listening import ListenResult
 
 #: Half-duplex: the microphone is heard from this long after the reply's last sample, so the
 #: room's reverberant tail is not recorded (the issue's ~200 ms; the room harness's tail is
@@ -114,33 +117,27 @@ def converse(
     return result
 
 
-class _Run(RunOutcome):
+class _Run:
     """The state of one converse turn (kept together so clean-up sees everything opened)."""
 
     def __init__(self, text: str, options: ConverseOptions, settings: Settings, report: Report,
                  started_at_s: float, *, name: str, voice: str | None, rate: int,
                  gain: float | None, barge_in: bool, use_aec: bool) -> None:  # fmt: skip
-        self.text, self.options, self.settings, self.report = text, options, settings, report
-        self.started_at_s = started_at_s
-        self.name, self.voice, self.rate, self.gain = name, voice, rate, gain
-        self.barge_in, self.use_aec = barge_in, use_aec
-        self.clock: dict[str, float | None] = {"started": started_at_s}
+        self.options, self.settings, self.report = options, settings, report
+        self.name, self.rate, self.gain = name, rate, gain
+        #: What the turn opens and measures; the result is made from it alone.
+        self.parts = TurnParts(
+            text=text, voice=voice, barge_in=barge_in, use_aec=use_aec,
+            started_at_s=started_at_s, clock={"started": started_at_s},
+        )  # fmt: skip
         self.listen_stop = threading.Event()
-        self.skip_requested = threading.Event()
+        #: The converse step `status` reports: "starting", "speaking", "listening".
         self.phase = "starting"
-        self.loader: Any = None
-        self.turn_loader: Any = None  # vocal.hearing.endofturn.TurnModelLoader
-        self.speech: Any = None
-        self.player: Any = None
-        self.mic: Any = None
-        self.canceller: Any = None
-        self.detector: Any = None
-        self.underflows = 0
 
     # control callbacks (the control socket's thread)
     def _on_skip(self, _request: dict) -> dict:
         if self.phase == "speaking":
-            self.skip_requested.set()
+            self.parts.skip_requested.set()
         else:
             self.listen_stop.set()
         return {"converse": self.phase}
@@ -155,11 +152,10 @@ class _Run(RunOutcome):
     def run(self) -> ConverseResult:
         from vocal.floor.turn import Turn
 
-        settings, options = self.settings, self.options
+        settings, options, parts = self.settings, self.options, self.parts
         with Turn(settings, kind="converse", session=options.session, agent=options.agent,
-                  voice=self.voice, use_conch=options.use_conch) as turn:  # fmt: skip
-            self.turn = turn
-            self.clock["floor"] = time.monotonic()
+                  voice=parts.voice, use_conch=options.use_conch) as turn:  # fmt: skip
+            parts.clock["floor"] = time.monotonic()
             turn.on("skip_forward", self._on_skip)
             turn.on("stop", self._on_stop)
             turn.on("status", self._status)
@@ -168,40 +164,48 @@ class _Run(RunOutcome):
             finally:
                 self._close()
 
+    def _result(self, listened: ListenResult | None, *, stopped: bool) -> ConverseResult:
+        return converse_result(
+            self.parts, listened, stopped=stopped, trace=self.settings.barge_in_trace
+        )
+
     def _close(self) -> None:
+        parts = self.parts
+        speech, player, mic = parts.speech, parts.player, parts.mic
+        loader, turn_loader = parts.loader, parts.turn_loader
         for closer in (
-            lambda: self.speech.stop() if self.speech is not None else None,
-            lambda: self.player.close() if self.player is not None else None,
-            lambda: self.mic.close() if self.mic is not None else None,
-            lambda: self.speech.join(3.0) if self.speech is not None else None,
+            lambda: speech.stop() if speech is not None else None,
+            lambda: player.close() if player is not None else None,
+            lambda: mic.close() if mic is not None else None,
+            lambda: speech.join(3.0) if speech is not None else None,
             # Never exit while CTranslate2 loads in native code: it aborts the process.
-            lambda: self.loader.wait(10.0) if self.loader is not None else None,
-            lambda: self.turn_loader.wait(10.0) if self.turn_loader is not None else None,
+            lambda: loader.wait(10.0) if loader is not None else None,
+            lambda: turn_loader.wait(10.0) if turn_loader is not None else None,
         ):
             with contextlib.suppress(Exception):
                 closer()
 
-    def _run_turn(self, turn: Any) -> ConverseResult:
+    def _run_turn(self, turn: Turn) -> ConverseResult:
         import numpy  # noqa: F401  (before any stream opens: python-sounddevice #487)
 
         from vocal.audio.vad import SileroVad
         from vocal.hearing.listening import listen_options
         from vocal.hearing.stt_loading import stt_loader
 
-        settings, options = self.settings, self.options
+        settings, options, parts = self.settings, self.options, self.parts
         if turn.stopped.is_set():  # `vocal control stop` while waiting for the floor
             return self._result(None, stopped=True)
         # The STT engine loads from now on, while the reply plays.
-        self.loader = stt_loader(settings)
+        loader = parts.loader = stt_loader(settings)
         listening = listen_options(
             settings,
             silence_ms=options.silence_ms,
             max_seconds=options.max_seconds,
             no_speech_timeout_s=options.no_speech_timeout_s,
         )
-        self._open_microphone()
-        self.clock["mic_opened"] = self.mic.opened_at_s
-        kept, heard_from_s = self._speak(turn)
+        mic = self._open_microphone()
+        parts.clock["mic_opened"] = mic.opened_at_s
+        kept, heard_from_s = self._speak(turn, mic)
         turn.check()
         if turn.stopped.is_set():
             return self._result(None, stopped=True)
@@ -212,74 +216,70 @@ class _Run(RunOutcome):
             # onset (1 run in 4). Until it is ready (~0.2 s), pauses are judged by the text.
             from vocal.hearing.endofturn import TurnModelLoader
 
-            self.turn_loader = TurnModelLoader()
+            parts.turn_loader = TurnModelLoader()
         self.phase = "listening"
-        turn.set_state("listening")
-        source = TurnSource(self.mic, kept, heard_from_s=heard_from_s,
-                             drop_before=not self.barge_in)  # fmt: skip
+        turn.set_phase(TurnPhase.LISTENING)
+        source = TurnSource(mic, kept, heard_from_s=heard_from_s,
+                             drop_before=not parts.barge_in)  # fmt: skip
         from vocal.hearing.listening import listen
 
         listened = listen(
             source,
-            stt=self.loader,
+            stt=loader,
             options=listening,
             confidence=SileroVad(),
-            turn_model=self.turn_loader,
+            turn_model=parts.turn_loader,
             stop=self.listen_stop,
             on_block=lambda _samples, _state: turn.check(),
         )
-        self.mic = None  # listen closed it
+        parts.mic = None  # listen closed it
         turn.check()
         return self._result(listened, stopped=turn.stopped.is_set())
 
-    def _open_microphone(self) -> None:
+    def _open_microphone(self) -> Microphone:
         from vocal.audio.devices import Microphone
 
         on_block = None
-        if self.use_aec:
+        if self.parts.use_aec:
             from vocal.duplex.aec import EchoCanceller
 
-            self.canceller = EchoCanceller(
+            guard = self.parts.guard = EchoGuard(EchoCanceller(
                 render_sample_rate=self.rate, log_levels=self.settings.barge_in_trace
-            )
-            on_block = self.canceller.capture
-        self.mic = Microphone(
+            ))  # fmt: skip
+            on_block = guard.capture
+        mic = self.parts.mic = Microphone(
             16_000, device=self.options.input_device or self.settings.input_device,
             on_block=on_block,
         ).open()  # fmt: skip
+        return mic
 
     # -- speaking --------------------------------------------------------------------------------
-    def _speak(self, turn: Any) -> tuple[list[Block], float | None]:
+    def _speak(self, turn: Turn, mic: Microphone) -> tuple[list[Block], float | None]:
         """Play the reply while watching the microphone; returns the blocks to hand to the
         endpointer first (a barge-in's pre-roll) and the time from which capture counts."""
         from vocal.audio.vad import SileroVad
-        from vocal.duplex.bargein import BargeInDetector, BargeInOptions
-        from vocal.speaking.output import open_speech_output
+        from vocal.duplex.bargein import BargeInOptions, barge_in_options
+        from vocal.speaking.output import open_speech_player
         from vocal.speaking.speech import Speech, engine_loader
 
-        settings = self.settings
+        settings, parts = self.settings, self.parts
         if self.gain is None:  # muted or volume 0: nothing is said, the turn only listens
             self.report("muted: the reply is not spoken")
-            self.clock["reply_ended"] = time.monotonic()
+            parts.clock["reply_ended"] = time.monotonic()
             return [], None
         self.phase = "speaking"
-        speech = self.speech = Speech(
-            engine_loader(self.name, self.voice, settings), [self.text], engine_name=self.name,
-            voice=self.voice, sample_rate=self.rate, speed=self.options.speed or settings.speed,
-            report=self.report, keep_audio=True, started_at_s=self.started_at_s,
+        speech = parts.speech = Speech(
+            engine_loader(self.name, parts.voice, settings), [parts.text], engine_name=self.name,
+            voice=parts.voice, sample_rate=self.rate, speed=self.options.speed or settings.speed,
+            report=self.report, keep_audio=True, started_at_s=parts.started_at_s,
         ).start()  # fmt: skip
-        guard = turn.guard_block
-        render = self.canceller.render if self.canceller is not None else None
-
-        def on_block(block: np.ndarray) -> None:
-            guard(block)  # silence first once the floor is lost: AEC sees what is really played
-            if render is not None:
-                render(block)
-
+        echo_guard = parts.guard
         try:
-            player = self.player = open_speech_output(
+            # The observer chain (vocal.audio.output): the floor guard silences the block once
+            # the floor is lost, before the canceller's reverse stream sees what is played.
+            player = parts.player = open_speech_player(
                 self.rate, device=self.options.output_device or settings.output_device,
-                volume=self.gain, on_block=on_block,
+                volume=self.gain, observers=(turn.guard_block, echo_guard.render),
             )  # fmt: skip
         except BaseException as exc:
             speech.fail(exc)
@@ -288,49 +288,31 @@ class _Run(RunOutcome):
         speech.attach_output(player)
         # A resume restarts the far end after a silence and the canceller finds the echo path
         # again: barge-in waits (BargeInOptions.resume_inhibit_ms).
-        turn.attach_output(SpeechOutput(speech, player, on_resume=self._hold_barge_in))
-        turn.set_state("playing")
+        turn.attach_output(SpeechOutput(speech, player, on_resume=echo_guard.hold_after_resume))
+        turn.set_phase(TurnPhase.PLAYING)
         detector = None
         vad = None
-        if self.barge_in:
+        if parts.barge_in:
             vad = SileroVad()
-            try:
-                bargein_options = BargeInOptions(
-                    threshold=settings.barge_in_threshold,
-                    consecutive_chunks=settings.barge_in_chunks,
-                    onset_threshold=settings.barge_in_onset_threshold,
-                    fast_chunks=settings.barge_in_fast_chunks,
-                    double_talk_db=settings.barge_in_double_talk_db,
-                )
-            except ValueError as exc:  # a bad value from VOCAL_* or config.toml
-                raise UsageError(f"bad barge-in setting: {exc}") from None
-            canceller = self.canceller
-            detector = self.detector = BargeInDetector(
-                vad, speech.stop, bargein_options,
-                activity=canceller.activity if canceller is not None else None,
-                glitches=lambda: (canceller.glitches if canceller is not None else 0)
-                + player.underflows + self.mic.overflows,
-                attenuation=canceller.attenuation_db if canceller is not None else None,
-                echo_levels=canceller.echo_levels_db if canceller is not None else None,
-            )  # fmt: skip
+            bargein_options = barge_in_options(settings)
+            detector = echo_guard.watch(vad, speech.stop, bargein_options, player=player, mic=mic)
         # The cleaned blocks of the last few seconds: a barge-in decided late (an inhibit window
         # held it back) still hands the endpointer the person's first word.
         recent: collections.deque[Block] = collections.deque(maxlen=KEEP_BLOCKS)
         last_frames, last_progress_s = -1, time.monotonic()
         try:
-            for block in self.mic.blocks(INPUT_TIMEOUT_S):
+            for block in mic.blocks(INPUT_TIMEOUT_S):
                 now = time.monotonic()
                 if speech.done:
                     break
-                if self.skip_requested.is_set():
+                if parts.skip_requested.is_set():
                     speech.stop()
                     break
                 recent.append(block)
                 if detector is not None:
-                    if self.canceller is not None and self.canceller.capture_delay_frames:
-                        detector.delay_frames = self.canceller.capture_delay_frames
-                    if detector.feed(block.samples, block.captured_at_s) is not None:
-                        self.clock["barge_in"] = detector.fired.at_s
+                    fired = echo_guard.feed(block)
+                    if fired is not None:
+                        parts.clock["barge_in"] = fired.at_s
                         break
                 # A vanished output stops calling back: nothing is played, nothing fails.
                 frames = player.played_frames
@@ -351,26 +333,24 @@ class _Run(RunOutcome):
                     hint="see `vocal devices`",
                 )
             speech.stop() if not speech.done else None
-            self.speech_result = speech.wait(5.0)
+            parts.speech_result = speech.wait(5.0)
         finally:
             turn.attach_output(None)
-            self.underflows = player.underflows
+            parts.underflows = player.underflows
             player.close()
-        self.clock["reply_ended"] = ended_s
+        parts.clock["reply_ended"] = ended_s
         turn.check()
-        self._record_history(turn)
+        record_history(turn, parts)
         if detector is not None and detector.fired is not None:
             return self._kept_blocks(detector, recent), None
-        if self.barge_in:
-            tail_s = (BargeInOptions().tail_inhibit_ms / 1000) if self.use_aec else 0.0
+        if parts.barge_in:
+            tail_s = (BargeInOptions().tail_inhibit_ms / 1000) if parts.use_aec else 0.0
             return [], ended_s + tail_s
         return [], ended_s + REVERB_GAP_MS / 1000
 
-    def _hold_barge_in(self) -> None:
-        if self.detector is not None:
-            self.detector.hold(self.detector.options.resume_inhibit_ms / 1000)
-
-    def _kept_blocks(self, detector: Any, recent: collections.deque[Block]) -> list[Block]:
+    def _kept_blocks(
+        self, detector: BargeInDetector, recent: collections.deque[Block]
+    ) -> list[Block]:
         """The blocks from `pre_roll_ms` before the person's onset to the deciding chunk.
 
         The onset is where the speech probability first rose in the run of likely-speech
@@ -379,12 +359,13 @@ class _Run(RunOutcome):
         person was already talking.
         """
         o, fired = detector.options, detector.fired
+        assert fired is not None  # called once the detector fired
         trace = detector.trace
         start = len(trace) - len(fired.probabilities)
         while start > 0 and trace[start - 1][1] >= ONSET_PROBABILITY:
             start -= 1
         onset_s = min(fired.speech_start_s, trace[start][0] - o.chunk_s)
-        self.onset_s = onset_s
+        self.parts.onset_s = onset_s
         from_s = onset_s - o.pre_roll_ms / 1000
         delay_s = detector.delay_frames / o.sample_rate
         kept = []

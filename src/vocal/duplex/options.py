@@ -61,7 +61,7 @@ class ConverseResult:
 
     def to_dict(self) -> dict[str, Any]:
         """What `vocal converse --json` prints."""
-        extra = {} if self.trace is None else {"barge_in_trace": self.trace}
+        extra: dict[str, Any] = {} if self.trace is None else {"barge_in_trace": self.trace}
         if self.levels is not None:
             extra["barge_in_levels"] = self.levels
         return {

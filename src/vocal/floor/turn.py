@@ -35,8 +35,12 @@ from vocal.floor.conch_hold import HoldWatcher
 from vocal.floor.conch_records import ConchCancelled, ConchLost, Held, Holder, default_session
 from vocal.floor.control import ControlServer
 from vocal.floor.history import History, Recording, Utterance
+from vocal.floor.phases import IllegalTransition, TurnPhase, allowed
 
 if TYPE_CHECKING:
+    import numpy as np
+
+    from vocal.audio.output import PlaybackControl
     from vocal.audio.player import Player
     from vocal.audio.wav import Audio
     from vocal.config import Settings
@@ -109,14 +113,17 @@ class Turn:
         self.conch = Conch.from_settings(settings)
         self.history = History.from_settings(settings)
         self.held: Held | None = None
-        self.state = "starting"
+        #: Where the turn is (`set_phase` moves it; vocal.floor.phases has the moves).
+        self.phase = TurnPhase.STARTING
+        self._phase_lock = threading.Lock()
+        self._strict_phases = os.environ.get("VOCAL_STRICT_PHASES") == "1"
         self.position: int | None = None
         self.events: queue.SimpleQueue[TurnEvent] = queue.SimpleQueue()
         self.stopped = threading.Event()
         self.lost = threading.Event()
         self._cancel = threading.Event()
         self._callbacks: dict[str, list[Callback]] = {}
-        self._output: Player | None = None
+        self._output: PlaybackControl | None = None
         self._output_lock = threading.RLock()
         self._current: Utterance | None = None
         self._server: ControlServer | None = None
@@ -144,7 +151,7 @@ class Turn:
                 ).start()
             if self.use_conch:
                 self._take_floor()
-            self.state = "ready"
+            self.set_phase(TurnPhase.READY)
         except BaseException:
             self._cleanup()
             raise
@@ -154,7 +161,7 @@ class Turn:
         self._cleanup()
 
     def _take_floor(self) -> None:
-        self.state = "waiting"
+        self.set_phase(TurnPhase.WAITING)
         try:
             self.held = self.conch.acquire(
                 session=self.session,
@@ -212,7 +219,7 @@ class Turn:
             # Exiting while that thread is inside Pa_Initialize crashes the interpreter at
             # shutdown (SIGSEGV seen when SIGTERM came during the wait): let it finish.
             self._warmer.join(5.0)
-        self.state = "done"
+        self.set_phase(TurnPhase.DONE)
 
     def _install_signal_handlers(self) -> None:
         # SIGTERM/SIGHUP would end the process without unwinding: no release, socket left.
@@ -238,15 +245,16 @@ class Turn:
         ends the recording)."""
         self._callbacks.setdefault(cmd, []).append(callback)
 
-    def attach_output(self, output: Player | None) -> None:
+    def attach_output(self, output: PlaybackControl | None) -> None:
         """The output that stop/pause/resume/skip act on (None: detach)."""
         with self._output_lock:
             self._output = output
 
-    def guard_block(self, out: Any) -> None:
-        """The output's `on_block` hook: silence once the floor is lost or its hold has run
-        out. The watcher stops the output within its poll, but a process frozen (SIGSTOP) past
-        its expiry would otherwise talk over the next speaker for that long when it wakes."""
+    def guard_block(self, out: np.ndarray) -> None:
+        """A block observer of the output (the second: vocal.audio.output): silence once the
+        floor is lost or its hold has run out. The watcher stops the output within its poll,
+        but a process frozen (SIGSTOP) past its expiry would otherwise talk over the next
+        speaker for that long when it wakes."""
         watcher = self._watcher
         if watcher is not None and (self.lost.is_set() or time.time() >= watcher.valid_until):
             out[:] = 0.0
@@ -257,9 +265,27 @@ class Turn:
                 with contextlib.suppress(Exception):
                     self._output.stop()
 
-    def set_state(self, state: str) -> None:
-        """What `status` reports: "playing", "listening", ..."""
-        self.state = state
+    @property
+    def state(self) -> TurnPhase:
+        """The phase (read-only: `set_phase` moves it)."""
+        return self.phase
+
+    def set_phase(self, phase: TurnPhase) -> None:
+        """Move the turn to `phase` (what `status` reports as "state"), from any thread.
+
+        A move that `vocal.floor.phases.TRANSITIONS` does not allow raises `IllegalTransition`
+        where transitions are strict (VOCAL_STRICT_PHASES=1: the tests). Elsewhere it is
+        reported on stderr and made anyway: the phase only reports what the turn is doing, so
+        refusing it would make `status` lie, and raising would end a turn that is playing and
+        holds the floor (or fail a control request on the socket's thread) over bookkeeping.
+        """
+        with self._phase_lock:
+            old = self.phase
+            if not allowed(old, phase):
+                if self._strict_phases:
+                    raise IllegalTransition(f"turn phase {old} -> {phase}")
+                _stderr(f"warning: turn phase {old} -> {phase} is not an allowed transition")
+            self.phase = phase
 
     def check(self) -> None:
         """Raise `ConchLost` if the floor was taken from this turn."""
@@ -297,7 +323,7 @@ class Turn:
         Raises:
             ConchLost: the floor was taken while playing.
         """
-        from vocal.audio.playback import open_output
+        from vocal.audio.player import Player
 
         if record:
             with self.begin_utterance(text=text, voice=voice or self.voice,
@@ -312,12 +338,12 @@ class Turn:
         samples, sample_rate = audio.mono_samples, audio.sample_rate
         while True:
             self.check()
-            player = open_output(
-                sample_rate, device=device, volume=volume, on_block=self.guard_block
-            )
+            player = Player(sample_rate, device=device, volume=volume)
+            player.add_block_observer(self.guard_block)
+            player.open()
             result.played_ids.append(self._current.id if self._current else None)
             self.attach_output(player)
-            self.state = "playing"
+            self.set_phase(TurnPhase.PLAYING)
             event = None
             try:
                 player.play(samples)
@@ -327,10 +353,10 @@ class Turn:
                 self.attach_output(None)
                 player.stop() if event is not None else player.close()
                 if result.started_at_s is None:
-                    result.started_at_s = getattr(player, "started_at_s", None)
-                result.underflows += getattr(player, "underflows", 0)
+                    result.started_at_s = player.started_at_s
+                result.underflows += player.underflows
                 result.ended_at_s = time.monotonic()
-            self.state = "ready"
+            self.set_phase(TurnPhase.READY)
             if event is None:
                 result.outcome = "finished"
                 return result
@@ -380,16 +406,16 @@ class Turn:
                     output.stop()
             elif cmd == "pause":
                 if output is None:
-                    reply = {"ok": False, "error": f"nothing is playing (state {self.state})"}
+                    reply = {"ok": False, "error": f"nothing is playing (state {self.phase})"}
                 else:
                     output.pause()
-                    self.state = "paused"
+                    self.set_phase(TurnPhase.PAUSED)
             elif cmd == "resume":
                 if output is None:
-                    reply = {"ok": False, "error": f"nothing is playing (state {self.state})"}
+                    reply = {"ok": False, "error": f"nothing is playing (state {self.phase})"}
                 else:
                     output.resume()
-                    self.state = "playing"
+                    self.set_phase(TurnPhase.PLAYING)
             elif cmd == "skip_forward":
                 self.events.put(TurnEvent("skip_forward", at_s=now()))
                 if output is not None:
@@ -415,7 +441,7 @@ class Turn:
         output = self._output
         current = self._current
         info: dict[str, Any] = {
-            "state": self.state,
+            "state": self.phase.value,
             "pid": os.getpid(),
             "kind": self.kind,
             "session": self.session,
@@ -429,7 +455,7 @@ class Turn:
             info["utterance"] = {"id": current.id, "text": current.text}
         if output is not None:
             # The reply's audio sent so far: paused time and silence do not count (issue 17).
-            played = getattr(output, "consumed_frames", output.played_frames)
+            played = output.consumed_frames
             info["played_s"] = round(played / output.sample_rate, 3)
             info["paused"] = bool(output.paused)
         for callback in self._callbacks.get("status", []):

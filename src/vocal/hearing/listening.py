@@ -27,8 +27,16 @@ from typing import Any, Protocol
 import numpy as np
 
 from vocal.audio.devices import Block
-from vocal.audio.vad import Confidence, Endpointer, EndpointOptions, EndReason, VadState
+from vocal.audio.vad import (
+    Confidence,
+    Endpointer,
+    EndpointOptions,
+    EndReason,
+    VadState,
+    endpoint_options,
+)
 from vocal.audio.wav import STT_SAMPLE_RATE, Audio
+from vocal.config import Settings, bad_setting
 from vocal.errors import VocalError
 from vocal.hearing.early import EarlyTranscriber
 from vocal.hearing.endofturn import EndOfTurnOptions, PauseJudge, TurnModelLoader
@@ -86,7 +94,7 @@ class ListenOptions:
 
 
 def listen_options(
-    settings: Any,
+    settings: Settings,
     *,
     vad: bool = True,
     seconds: float = DEFAULT_FIXED_SECONDS,
@@ -97,21 +105,18 @@ def listen_options(
     """`ListenOptions` from `vocal.config.Settings` (and a command's own overrides): the one
     place `listen` and `converse` build their endpointing and end-of-turn options. A bad value
     (from a flag, `VOCAL_*` or config.toml) is a `UsageError`."""
-    from vocal.errors import UsageError
-
-    try:
-        endpoint = EndpointOptions(
-            min_silence_ms=silence_ms or settings.silence_ms,
-            max_duration_s=max_seconds or settings.max_seconds,
-            no_speech_timeout_s=no_speech_timeout_s or settings.no_speech_timeout_s,
-        )
+    endpoint = endpoint_options(
+        settings,
+        silence_ms=silence_ms,
+        max_seconds=max_seconds,
+        no_speech_timeout_s=no_speech_timeout_s,
+    )
+    with bad_setting("listening"):
         end_of_turn = EndOfTurnOptions(
             enabled=settings.turn_model,
             check_ms=settings.turn_check_ms,
             max_pause_ms=settings.max_pause_ms,
         )
-    except ValueError as exc:
-        raise UsageError(f"bad listening setting: {exc}") from None
     return ListenOptions(
         vad=vad,
         seconds=seconds,

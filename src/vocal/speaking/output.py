@@ -10,32 +10,31 @@ from __future__ import annotations
 
 import collections
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from vocal.audio.output import BlockObserver, Output
+    from vocal.audio.player import Player
+
 
 # -- the output and its boundaries -------------------------------------------------------------
-def _consumed_frames(player: Any) -> int:
-    """Frames of queued audio the player has sent to the device (not counting silence)."""
-    return int(player.consumed_frames)
-
-
 class FrameTracker:
     """Maps positions in an output's queue to frames of its reference buffer.
 
-    Runs in the audio callback as the Player's `on_block` hook (after the block was written to
-    the reference): a mark at queue frame q resolves to the reference frame where that sample
-    went out, and to the time of that callback. Allocation-free apart from the resolved entries;
-    no locks (deque appends and pops are atomic).
+    Runs in the audio callback as the Player's first block observer (after the block was
+    written to the reference; vocal.audio.output): a mark at queue frame q resolves to the
+    reference frame where that sample went out, and to the time of that callback.
+    Allocation-free apart from the resolved entries; no locks (deque appends and pops are
+    atomic).
     """
 
-    def __init__(self, chained: Callable[[np.ndarray], None] | None = None) -> None:
-        self.player: Any = None
-        self._chained = chained
+    def __init__(self) -> None:
+        self.player: Player | None = None
         self._marks: collections.deque[tuple[object, int]] = collections.deque()
         self.resolved: dict[object, tuple[int, float]] = {}
         self._last_consumed = 0
@@ -50,12 +49,12 @@ class FrameTracker:
         """Drop unresolved marks (their audio was flushed) and resynchronize with the player."""
         self._marks.clear()
         if self.player is not None:
-            self._last_consumed = _consumed_frames(self.player)
+            self._last_consumed = self.player.consumed_frames
 
     def on_block(self, block: np.ndarray) -> None:
         player = self.player
         if player is not None:
-            consumed = _consumed_frames(player)
+            consumed = player.consumed_frames
             if consumed > self._last_consumed and self._marks:
                 block_start = player.reference.total_frames - block.shape[0]
                 now = time.monotonic()
@@ -64,8 +63,36 @@ class FrameTracker:
                     offset = max(0, queue_frame - self._last_consumed)
                     self.resolved[key] = (block_start + offset, now)
             self._last_consumed = consumed
-        if self._chained is not None:
-            self._chained(block)
+
+
+#: The tracker of each Player opened by `open_speech_player` (a WavSink has none: written at
+#: once, in order, its boundaries are known when queued).
+_TRACKERS: weakref.WeakKeyDictionary[object, FrameTracker] = weakref.WeakKeyDictionary()
+
+
+def tracker_of(output: Output) -> FrameTracker | None:
+    """The `FrameTracker` watching `output`, if it is a Player from `open_speech_player`."""
+    return _TRACKERS.get(output)
+
+
+def open_speech_player(
+    sample_rate: int,
+    *,
+    device: str | int | None = None,
+    volume: float = 1.0,
+    observers: Sequence[BlockObserver] = (),
+) -> Player:
+    """An opened Player whose block-observer chain is its `FrameTracker`, then `observers` in
+    order (the floor guard, then the echo canceller's reverse stream: vocal.audio.output)."""
+    from vocal.audio.player import Player
+
+    tracker = FrameTracker()
+    player = Player(sample_rate, device=device, volume=volume, on_block=tracker.on_block)
+    for observer in observers:
+        player.add_block_observer(observer)
+    tracker.player = player
+    _TRACKERS[player] = tracker
+    return player.open()
 
 
 def open_speech_output(
@@ -74,31 +101,23 @@ def open_speech_output(
     output: str | Path | None = None,
     device: str | int | None = None,
     volume: float = 1.0,
-    on_block: Callable[[np.ndarray], None] | None = None,
-) -> Any:
-    """An opened output for `Speech`: a WAV file (`output`) or a Player with a FrameTracker.
-
-    `on_block` (AEC's reverse stream in `converse`) still sees every block the Player plays.
-    """
+    observers: Sequence[BlockObserver] = (),
+) -> Output:
+    """An opened output for `Speech`: a WAV file (`output`; no observers), or a Player from
+    `open_speech_player`."""
     from vocal.audio.file_devices import WavSink
-    from vocal.audio.player import Player
 
     if output is not None:
         return WavSink(output, sample_rate, volume=volume).open()
-    tracker = FrameTracker(on_block)
-    player = Player(sample_rate, device=device, volume=volume, on_block=tracker.on_block)
-    tracker.player = player
-    player.frame_tracker = tracker
-    return player.open()
+    return open_speech_player(sample_rate, device=device, volume=volume, observers=observers)
 
 
-def flush_output(output: Any, *, resume: bool = True) -> int:
+def flush_output(output: Output, *, resume: bool = True) -> int:
     """Drop what the output has queued but not played, keeping its stream (and reference)
     running; returns the frames dropped. With `resume=False` a Player is left paused, so the
     caller can queue new audio before it plays on (a finishing Player would otherwise end).
+    A WavSink has nothing queued (everything is "played" at once): 0.
     """
-    if not hasattr(output, "flush"):  # a WavSink: everything is "played" at once
-        return 0
     was_paused = output.paused
     output.pause()
     dropped = int(output.flush())  # the dropped frames count as consumed (Player.flush)
@@ -107,4 +126,4 @@ def flush_output(output: Any, *, resume: bool = True) -> int:
     return dropped
 
 
-__all__ = ["FrameTracker", "flush_output", "open_speech_output"]
+__all__ = ["FrameTracker", "flush_output", "open_speech_output", "open_speech_player", "tracker_of"]

@@ -11,10 +11,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vocal.errors import EngineError, UsageError
-from vocal.speaking.output import open_speech_output
+from vocal.floor.phases import TurnPhase
+from vocal.speaking.output import open_speech_output, open_speech_player
 from vocal.speaking.results import SentenceRecord, SpeechResult, TurnOutcome
 from vocal.speaking.speech import (
     POLL_S,
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from vocal.config import Settings
+    from vocal.floor.history import Recording, Utterance
+    from vocal.floor.turn import Turn
 
 
 # -- one `vocal speak` ---------------------------------------------------------------------------
@@ -176,14 +179,14 @@ class HistoryWriter:
     """Records each sentence in the turn's history as it goes to the output (feeder thread):
     one history utterance per utterance of the text."""
 
-    def __init__(self, turn: Any, utterances: Sequence[str], voice: str | None, rate: int):
+    def __init__(self, turn: Turn | None, utterances: Sequence[str], voice: str | None, rate: int):
         self.turn = turn
         self.utterances = utterances
         self.voice = voice
         self.rate = rate
         self.ids: list[int] = []
         self._number: int | None = None
-        self._recording: Any = None
+        self._recording: Recording | None = None
         self._lock = threading.Lock()
 
     def add(self, record: SentenceRecord, samples: np.ndarray) -> None:
@@ -191,11 +194,13 @@ class HistoryWriter:
             if record.utterance != self._number:
                 self._finish()
                 self._number = record.utterance
+                assert self.turn is not None, "bound to its turn before any output"
                 self._recording = self.turn.begin_utterance(
                     text=self.utterances[record.utterance], voice=self.voice,
                     sample_rate=self.rate,
                 )  # fmt: skip
                 self.ids.append(self._recording.utterance.id)
+            assert self._recording is not None
             self._recording.append(samples)
 
     def finish(self) -> None:
@@ -272,7 +277,7 @@ def _speak_in_turn(
     return result
 
 
-def replay_back(turn: Any, back: Any, turn_outcome: TurnOutcome, gain: float | None,
+def replay_back(turn: Turn, back: Utterance | None, turn_outcome: TurnOutcome, gain: float | None,
                  options: SpeakOptions, settings: Settings) -> None:  # fmt: skip
     """skip_back: the history walk chose an utterance (the first press: this one); play its
     PCM in this turn, where further skip_backs step on."""
@@ -286,7 +291,7 @@ def replay_back(turn: Any, back: Any, turn_outcome: TurnOutcome, gain: float | N
 
 def play_in_turn(
     speech: Speech,
-    turn: Any,
+    turn: Turn,
     turn_outcome: TurnOutcome,
     rate: int,
     gain: float | None,
@@ -295,7 +300,7 @@ def play_in_turn(
     on_start: Callable[[Speech], None] | None,
     writer: HistoryWriter | None,
     should_stop: Callable[[], bool] | None = None,
-) -> Any:
+) -> Utterance | None:
     """Play the speech in `turn` until it ends; the utterance a skip_back chose, if any.
 
     `should_stop` is polled between sentences and while one plays (a newer message has
@@ -303,9 +308,9 @@ def play_in_turn(
     """
     try:
         # turn.guard_block silences the output in the audio callback once the floor is lost.
-        output = open_speech_output(
+        output = open_speech_player(
             rate, device=options.device or settings.output_device,
-            volume=1.0 if gain is None else gain, on_block=turn.guard_block,
+            volume=1.0 if gain is None else gain, observers=(turn.guard_block,),
         )  # fmt: skip
     except BaseException as exc:
         speech.fail(exc)
@@ -318,7 +323,7 @@ def play_in_turn(
         # The turn's control handler acts on the output itself (stop, pause and resume land
         # within one block from the socket's thread); the events then end the speech here.
         turn.attach_output(output)
-        turn.set_state("playing")
+        turn.set_phase(TurnPhase.PLAYING)
         speech.attach_output(output)
         if on_start is not None:
             on_start(speech)
@@ -343,7 +348,7 @@ def play_in_turn(
         raise
     finally:
         turn.attach_output(None)
-        turn.set_state("ready")
+        turn.set_phase(TurnPhase.READY)
         output.close()
         if writer is not None:
             writer.finish()

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from vocal.errors import EngineError, VocalError
 from vocal.speaking.check import check_speech
-from vocal.speaking.output import FrameTracker, flush_output
+from vocal.speaking.output import FrameTracker, flush_output, tracker_of
 from vocal.speaking.results import SentenceRecord, SpeechResult
 from vocal.speaking.text import sentences_of, split_first_clause
 from vocal.timeline import mark
@@ -42,6 +42,7 @@ from vocal.timeline import mark
 if TYPE_CHECKING:
     import numpy as np
 
+    from vocal.audio.output import Output
     from vocal.config import Settings
     from vocal.tts import TtsEngine
 
@@ -114,7 +115,7 @@ class Speech:
             sample_rate=sample_rate,
             started_at_s=started_at_s if started_at_s is not None else time.monotonic(),
         )
-        self.output: Any = None
+        self.output: Output | None = None
         self._output_ready = threading.Event()
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=LOOKAHEAD_SENTENCES)
         self._stop = threading.Event()
@@ -132,7 +133,7 @@ class Speech:
         self._started = False
 
     # -- control ----------------------------------------------------------------------------------
-    def start(self, output: Any = None) -> Speech:
+    def start(self, output: Output | None = None) -> Speech:
         """Start synthesizing now; `output` may be given here or later with `attach_output`."""
         if not self._started:
             self._started = True
@@ -146,7 +147,7 @@ class Speech:
             self.attach_output(output)
         return self
 
-    def attach_output(self, output: Any) -> None:
+    def attach_output(self, output: Output) -> None:
         """The opened output to play into (a Player from `open_speech_output`, or a WavSink)."""
         self.output = output
         self.result.sample_rate = output.sample_rate
@@ -237,7 +238,7 @@ class Speech:
         if self._worker.is_alive():
             self._worker.join(timeout_s)
 
-    def run(self, output: Any) -> SpeechResult:
+    def run(self, output: Output) -> SpeechResult:
         """start(output), wait, and stop cleanly on any exception (Ctrl-C included)."""
         self.start(output)
         try:
@@ -311,8 +312,8 @@ class Speech:
                     self._output_ready.wait()
                     if self._stop.is_set():
                         return
-                    if engine.sample_rate != self.output.sample_rate:
-                        samples = resample(samples, engine.sample_rate, self.output.sample_rate)
+                    if engine.sample_rate != self._attached.sample_rate:
+                        samples = resample(samples, engine.sample_rate, self._attached.sample_rate)
                         record.frames = samples.shape[0]
                     if not self._put(_Ready(record, samples)):
                         return
@@ -333,8 +334,14 @@ class Speech:
             self._output_ready.set()
 
     # -- the feeder: output, boundaries, skips ----------------------------------------------------
+    @property
+    def _attached(self) -> Output:
+        """The output, once attached (the threads wait for `_output_ready` and a stop first)."""
+        assert self.output is not None
+        return self.output
+
     def _tracker(self) -> FrameTracker | None:
-        return getattr(self.output, "frame_tracker", None)
+        return tracker_of(self.output) if self.output is not None else None
 
     def _play(self, ready: _Ready) -> None:
         record, samples = ready.record, ready.samples
@@ -349,7 +356,7 @@ class Speech:
         first_time = not record.played
         record.played = True
         self._in_output.append(ready)
-        self.output.play(samples)
+        self._attached.play(samples)
         if self.keep_audio:
             self.audio[record.index] = samples
         if first_time and self._on_sentence is not None:
@@ -380,8 +387,8 @@ class Speech:
             request = self._requests.popleft()
             if not self._in_output or self._tracker() is None:
                 continue
-            was_paused = self.output.paused
-            flush_output(self.output, resume=False)
+            was_paused = self._attached.paused
+            flush_output(self._attached, resume=False)
             tracker = self._tracker()
             assert tracker is not None
             tracker.forget()
@@ -401,7 +408,7 @@ class Speech:
                 ready.record.start_frame = ready.record.started_at_s = None
                 self._play(ready)
             if not was_paused:
-                self.output.resume()
+                self._attached.resume()
 
     def _feed_all(self) -> None:
         try:
@@ -417,11 +424,11 @@ class Speech:
                         continue
                     if item is _DONE:
                         finished = True
-                        self.output.finish()
+                        self._attached.finish()
                         continue
                     self._play(item)
                     continue
-                if finished and self.output.wait(POLL_S):
+                if finished and self._attached.wait(POLL_S):
                     break
                 time.sleep(POLL_S)
             self._settle()

@@ -1,0 +1,104 @@
+"""The one place the echo canceller and the barge-in detector are wired to each other.
+
+    guard = EchoGuard(EchoCanceller(render_sample_rate=rate))   # or EchoGuard(): no AEC
+    mic = Microphone(16_000, on_block=guard.capture).open()     # cleaned capture
+    player.add_block_observer(guard.render)                     # the reverse stream
+    guard.watch(SileroVad(), player.stop, options, player=player, mic=mic)
+    for block in mic.blocks():
+        if guard.feed(block) is not None: ...                   # a barge-in
+
+What the detector learns from the canceller: the far end's activity (its inhibit windows),
+the attenuation and the echo levels (fast runs, the double-talk test), the glitches (the
+canceller's late callbacks plus the output's underflows and the input's overflows), and the
+capture delay (the cleaned signal comes out `capture_delay_frames` late). Without a
+canceller (`--aec off`, headphones) the detector runs on the raw capture and none of that is
+known. `vocal converse` and the room harness (tests/harness/room.py) both use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from vocal.audio.devices import Block
+    from vocal.duplex.aec import EchoCanceller
+    from vocal.duplex.bargein import BargeIn, BargeInDetector, BargeInOptions, SpeechProbability
+
+
+class _Underflows(Protocol):
+    underflows: int
+
+
+class _Overflows(Protocol):
+    overflows: int
+
+
+class EchoGuard:
+    """Owns the canceller (None: no echo cancellation) and, once `watch` is called, the
+    barge-in detector fed from it."""
+
+    def __init__(self, canceller: EchoCanceller | None = None) -> None:
+        self.canceller = canceller
+        self.detector: BargeInDetector | None = None
+
+    # the audio callbacks
+    def capture(self, block: np.ndarray) -> np.ndarray:
+        """The microphone's `on_block`: the cleaned block (needs a canceller)."""
+        assert self.canceller is not None, "capture() is the canceller's: none was given"
+        return self.canceller.capture(block)
+
+    def render(self, block: np.ndarray) -> None:
+        """An output block observer: the block as played, to the canceller's reverse stream."""
+        if self.canceller is not None:
+            self.canceller.render(block)
+
+    # the detector (the consumer thread)
+    def watch(
+        self,
+        speech_probability: SpeechProbability,
+        on_barge_in: Callable[[], object],
+        options: BargeInOptions | None = None,
+        *,
+        player: _Underflows,
+        mic: _Overflows,
+    ) -> BargeInDetector:
+        """Start a barge-in detector on the cleaned capture; `on_barge_in` stops the reply."""
+        from vocal.duplex.bargein import BargeInDetector
+
+        canceller = self.canceller
+        self.detector = BargeInDetector(
+            speech_probability, on_barge_in, options,
+            activity=canceller.activity if canceller is not None else None,
+            glitches=lambda: (canceller.glitches if canceller is not None else 0)
+            + player.underflows + mic.overflows,
+            attenuation=canceller.attenuation_db if canceller is not None else None,
+            echo_levels=canceller.echo_levels_db if canceller is not None else None,
+        )  # fmt: skip
+        return self.detector
+
+    def feed(self, block: Block) -> BargeIn | None:
+        """Give a captured (cleaned) block to the detector; the `BargeIn` once it fired."""
+        detector, canceller = self.detector, self.canceller
+        assert detector is not None, "feed() before watch()"
+        if canceller is not None and canceller.capture_delay_frames:
+            detector.delay_frames = canceller.capture_delay_frames
+        return detector.feed(block.samples, block.captured_at_s)
+
+    def hold_after_resume(self) -> None:
+        """The far end resumed after a pause: the canceller finds the echo path again, so
+        barge-in waits (`BargeInOptions.resume_inhibit_ms`)."""
+        detector = self.detector
+        if detector is not None:
+            detector.hold(detector.options.resume_inhibit_ms / 1000)
+
+    @property
+    def capture_delay_frames(self) -> int:
+        """How late the cleaned capture comes out (0 without a canceller, or before it ran)."""
+        canceller = self.canceller
+        return (canceller.capture_delay_frames or 0) if canceller is not None else 0
+
+
+__all__ = ["EchoGuard"]

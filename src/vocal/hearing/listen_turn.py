@@ -1,0 +1,124 @@
+"""`vocal listen` as a library: open the microphone (or read a WAV), listen for one utterance,
+transcribe it, and hand back the `ListenResult`.
+
+The microphone opens first: numpy, the VAD and the STT engine load while it records, since a
+turn is a process (this module and vocal.audio.devices import no numpy before that). Ctrl-C
+ends the recording and still transcribes what was heard (twice aborts). On a terminal a level
+meter runs on stderr.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    import numpy as np
+
+    from vocal.audio.vad import VadState
+    from vocal.config import Settings
+    from vocal.hearing.listening import ListenResult
+
+#: The fixed window's default (vocal.hearing.listening.DEFAULT_FIXED_SECONDS, without numpy).
+DEFAULT_SECONDS = 5.0
+
+
+def listen_turn(
+    settings: Settings,
+    *,
+    vad: bool = True,
+    seconds: float = DEFAULT_SECONDS,
+    input_file: Path | None = None,
+    meter: bool = True,
+) -> ListenResult:
+    """Listen for one utterance (or a fixed `seconds` window with `vad=False`) from the
+    microphone, or from `input_file` on the file's own clock, and transcribe it.
+
+    `meter` shows the input level on stderr when it is a terminal (never for a file). Nobody
+    speaking is not an error here: `speech_heard` is False.
+
+    Raises:
+        UsageError: a bad listening setting, an unreadable input WAV (exit 2).
+        DeviceError / EngineError: no microphone, the STT engine or model unavailable (exit 5).
+        Interrupted: Ctrl-C pressed twice (exit 130).
+    """
+    from vocal.audio.devices import Microphone
+    from vocal.audio.file_devices import WavSource
+
+    source: WavSource | Microphone
+    if input_file is not None:
+        source = WavSource(input_file).open()
+    else:
+        source = Microphone(device=settings.input_device).open()
+
+    import sys
+    import threading
+
+    from vocal.errors import UsageError
+    from vocal.hearing.listening import ctrl_c_ends, listen, listen_options
+    from vocal.hearing.stt_loading import stt_loader
+
+    try:
+        options = listen_options(settings, vad=vad, seconds=seconds)
+    except UsageError:  # a bad value from VOCAL_* or config.toml
+        source.close()
+        raise
+    loader = stt_loader(settings)
+    turn_loader = None
+    if options.vad and options.end_of_turn.enabled:
+        from vocal.hearing.endofturn import TurnModelLoader
+
+        turn_loader = TurnModelLoader()
+    level = LevelMeter() if meter and input_file is None and sys.stderr.isatty() else None
+    stop = threading.Event()
+    try:
+        with ctrl_c_ends(stop):
+            return listen(source, stt=loader, options=options, stop=stop, on_block=level,
+                          turn_model=turn_loader)  # fmt: skip
+    finally:
+        if level is not None:
+            level.clear()
+        loader.wait()  # never exit while the engine loads in native code (it aborts)
+        if turn_loader is not None:
+            turn_loader.wait()
+
+
+class LevelMeter:
+    """A one-line input level meter on stderr (a terminal only), redrawn at most 20 times/s."""
+
+    WIDTH = 30
+    FLOOR_DB = -60.0
+
+    def __init__(self) -> None:
+        import sys
+        import time
+
+        self._stream = sys.stderr
+        self._clock = time.monotonic
+        self._last = 0.0
+        self._peak_db = self.FLOOR_DB
+
+    def __call__(self, samples: np.ndarray, state: VadState) -> None:
+        import math
+
+        rms = math.sqrt(float((samples * samples).mean())) if samples.size else 0.0
+        db = max(self.FLOOR_DB, 20 * math.log10(rms) if rms > 0 else self.FLOOR_DB)
+        self._peak_db = max(self._peak_db, db)
+        now = self._clock()
+        if now - self._last < 0.05:
+            return
+        self._last = now
+        filled = round((self._peak_db - self.FLOOR_DB) / -self.FLOOR_DB * self.WIDTH)
+        bar = "#" * filled + "-" * (self.WIDTH - filled)
+        label = "speaking" if state.value in ("starting", "speaking") else "listening"
+        self._stream.write(f"\r[{bar}] {self._peak_db:6.1f} dBFS  {label:<9}")
+        self._stream.flush()
+        self._peak_db = self.FLOOR_DB
+
+    def clear(self) -> None:
+        self._stream.write("\r\x1b[K")
+        self._stream.flush()
+
+
+__all__ = ["LevelMeter", "listen_turn"]
