@@ -16,13 +16,11 @@ from vocal.audio.vad import CHUNK_FRAMES, Endpointer, EndpointOptions, EndReason
 from vocal.hearing.endofturn import (
     EndOfTurnOptions,
     PauseJudge,
-    SmartTurn,
     Verdict,
     decide,
-    find_turn_model,
-    log_mel_features,
     text_verdict,
 )
+from vocal.hearing.smart_turn import SmartTurn, find_turn_model, log_mel_features
 
 RATE = 16_000
 CHUNK_MS = CHUNK_FRAMES * 1000 / RATE

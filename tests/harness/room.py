@@ -1,4 +1,5 @@
-"""The "room": a process between the two null sinks that makes a realistic echo path (DESIGN.md).
+"""The "room": a process between the two null sinks that makes a realistic echo path
+(docs/design.md, "The room harness").
 
 It reads what the speaker sink plays (its monitor), convolves it with an impulse response (a
 delay, a gain and a decaying reverberant tail), mixes in near-end speech (a person in the room)
@@ -66,7 +67,7 @@ FAR_END_CHUNKS = 50
 
 @dataclass(frozen=True)
 class RoomConfig:
-    """The echo path. Defaults follow DESIGN.md's synthetic room (50 ms, 0.5, 40 ms tail).
+    """The echo path. Defaults follow docs/design.md's synthetic room (50 ms, 0.5, 40 ms tail).
 
     `tail_ms` is the length of the reverberant tail after the direct path: noise decaying
     exponentially to -60 dB at its end (a room whose RT60 is `tail_ms`), scaled so that its

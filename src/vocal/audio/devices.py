@@ -5,7 +5,7 @@ captured blocks to a queue from a callback that does nothing else. Output is `Pl
 (vocal.audio.player); `WavSource` and `WavSink` (vocal.audio.file_devices) stand in for both
 when a command gets `--input FILE` or `--output FILE`.
 
-Wiring learnt on PulseAudio (see DESIGN.md): separate input and output streams (the full-duplex
+Wiring learnt on PulseAudio (see docs/design.md): separate input and output streams (the full-duplex
 `sd.Stream` gave xruns), and numpy imported before any stream opens (python-sounddevice #487).
 """
 

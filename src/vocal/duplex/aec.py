@@ -9,8 +9,8 @@ methods are the audio-callback hooks of `vocal.audio.devices`:
     Player(player_rate, on_block=aec.render)       # the reverse (far-end) stream
     Microphone(16_000, on_block=aec.capture)       # returns the cleaned block
 
-Why the callbacks (DESIGN.md): feeding the reference from a buffer in the capture thread put the
-reference after its echo and gave false barge-ins every time; in the callbacks the reference
+Why the callbacks (docs/design.md): feeding the reference from a buffer in the capture thread
+put the reference after its echo and gave false barge-ins every time; in the callbacks the reference
 always reaches AEC3 before its echo is captured, and AEC3's delay estimator finds the rest.
 
 Blocks need not be multiples of 10 ms. Render remainders wait in a one-frame buffer. Captured
@@ -30,7 +30,7 @@ sample-and-hold costs no latency and no allocation; its images above 11 kHz are 
 AEC3's own resampling to 16 kHz, and its droop (-0.5 dB at 8 kHz) is a fixed linear response
 the adaptive filter absorbs. A streaming resampler was the alternative, but soxr's delay
 (~330 samples at "MQ") would put the reference behind its echo on a low-latency output, which
-is the one thing AEC cannot recover from (DESIGN.md).
+is the one thing AEC cannot recover from (docs/design.md).
 
 Once the far end has been quiet for `RAW_WHEN_QUIET_S` (its echo has died away, e.g. after a
 barge-in stopped the reply), `capture` hands back the raw samples: AEC3's suppressor and noise
@@ -97,7 +97,7 @@ CALLBACK_GLITCH_S = 0.04
 @dataclass(frozen=True)
 class AecOptions:
     """How the process's APM is configured. Noise suppression and the high-pass filter are on:
-    DESIGN.md measured ~33 dB ERLE with AEC alone and ~45 dB with both."""
+    docs/design.md measured ~33 dB ERLE with AEC alone and ~45 dB with both."""
 
     noise_suppression: bool = True
     high_pass_filter: bool = True

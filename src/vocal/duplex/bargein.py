@@ -60,8 +60,8 @@ class BargeInOptions:
 
     Defaults, from benchmarks/aec and benchmarks/converse on the room harness
     (benchmarks/RESULTS.md, "echo cancellation and barge-in"): 3 chunks of Silero >= 0.5 (96 ms;
-    DESIGN.md saw 3-5 chunks fire 0.25-0.29 s after the person starts; 2 chunks alone added false
-    barge-ins), but 2 while the canceller is known to take >= 30 dB out of the echo
+    the first release saw 3-5 chunks fire 0.25-0.29 s after the person starts; 2 chunks alone
+    added false barge-ins), but 2 while the canceller is known to take >= 30 dB out of the echo
     (`fast_chunks`): where echo made speech-like runs after convergence, AEC3 had lost the
     echo path (attenuation 0-30 dB, after a stall), and a person's 2nd chunk comes ~35 ms
     before the 3rd. On a glitch-free path the residual echo almost never made 3 speech chunks

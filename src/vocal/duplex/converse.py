@@ -6,7 +6,7 @@
 - `vocal.speaking.speech.Speech`: sentence streaming into a `Player` (sentence i+1 is synthesized
   while sentence i plays);
 - `vocal.duplex.aec.EchoCanceller`: the Player's output callback feeds AEC3's reverse stream, the
-  Microphone's input callback runs the capture stream (DESIGN.md: only this wiring keeps the
+  Microphone's input callback runs the capture stream (docs/design.md: only this wiring keeps the
   reference ahead of its echo);
 - `vocal.duplex.bargein.BargeInDetector`: Silero VAD on the cleaned capture while the reply plays;
   it stops playback within one capture block and keeps the chunks that made it fire;
@@ -214,7 +214,7 @@ class _Run:
             # Smart Turn loads once the reply is over, not while it plays: its load and warm-up
             # beside playback, AEC and Whisper's warm-up made a barge-in test lose the person's
             # onset (1 run in 4). Until it is ready (~0.2 s), pauses are judged by the text.
-            from vocal.hearing.endofturn import TurnModelLoader
+            from vocal.hearing.smart_turn import TurnModelLoader
 
             parts.turn_loader = TurnModelLoader()
         self.phase = "listening"

@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
     from vocal.floor.turn import Turn
-    from vocal.hearing.endofturn import TurnModelLoader
     from vocal.hearing.listening import ListenResult
+    from vocal.hearing.smart_turn import TurnModelLoader
     from vocal.hearing.stt_loading import SttLoader
     from vocal.speaking.results import SpeechResult
     from vocal.speaking.speech import Speech

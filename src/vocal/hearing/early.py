@@ -5,9 +5,13 @@ over, so a turn that does end has its transcript (nearly) ready. Used by `listen
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
 from vocal.audio.wav import Audio
 from vocal.stt import SttEngine, Transcript
+
+if TYPE_CHECKING:
+    from vocal.hearing.endofturn import UtteranceKey
 
 
 class EarlyTranscriber:
@@ -25,15 +29,15 @@ class EarlyTranscriber:
     def __init__(self, engine: SttEngine) -> None:
         self.engine = engine
         self._lock = threading.Condition()
-        self._pending: tuple[tuple[int, int], Audio] | None = None
-        self._done: dict[tuple[int, int], Transcript | BaseException] = {}
-        self._current: tuple[int, int] | None = None
-        self._submitted: set[tuple[int, int]] = set()
+        self._pending: tuple[UtteranceKey, Audio] | None = None
+        self._done: dict[UtteranceKey, Transcript | BaseException] = {}
+        self._current: UtteranceKey | None = None
+        self._submitted: set[UtteranceKey] = set()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="vocal-stt-early", daemon=True)
         self._thread.start()
 
-    def submit(self, key: tuple[int, int], audio: Audio) -> None:
+    def submit(self, key: UtteranceKey, audio: Audio) -> None:
         """Transcribe `audio`, the utterance spanning frames `key` (start, end of speech)."""
         with self._lock:
             self._pending = (key, audio)
@@ -58,7 +62,7 @@ class EarlyTranscriber:
                 self._current = None
                 self._lock.notify_all()
 
-    def result(self, key: tuple[int, int]) -> Transcript | None:
+    def result(self, key: UtteranceKey) -> Transcript | None:
         """The transcript of utterance `key` (waiting for it if it is being made), or None
         when no request for exactly that utterance was made."""
         with self._lock:
@@ -71,7 +75,7 @@ class EarlyTranscriber:
             raise outcome
         return outcome
 
-    def text(self, key: tuple[int, int], wait: bool) -> tuple[bool, str | None]:
+    def text(self, key: UtteranceKey, wait: bool) -> tuple[bool, str | None]:
         """For the end-of-turn stage (`vocal.hearing.endofturn.TextSource`): (requested, text)."""
         with self._lock:
             requested = key in self._submitted

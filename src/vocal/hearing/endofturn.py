@@ -20,42 +20,26 @@ transcript takes 0.13-0.37 s here; the text confirms or vetoes when it arrives. 
 is `COMPLETE` (end now), `UNFINISHED` (keep listening, up to `max_pause_ms` of silence) or
 `UNDECIDED` (end after the ordinary silence window, `--silence-ms`).
 
-The model file: `$VOCAL_TURN_MODEL_PATH`, else the copy the `pipecat-ai` wheel ships
-(`pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx`, found without importing
-pipecat; scripts/setup installs that wheel with --no-deps, 12 MB and none of its framework),
-else the hub repository `pipecat-ai/smart-turn-v3`, downloaded once with a progress bar.
-`TurnModelLoader` loads it in a background thread, like Whisper, so it never delays the
-microphone; until it is ready (or when it cannot load) pauses are judged by the text alone.
+The audio model, its features and its loading live in `vocal.hearing.smart_turn`; until it
+is ready (or when it cannot load) pauses are judged by the text alone.
 """
 
 from __future__ import annotations
 
 import enum
-import os
 import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from vocal.errors import EngineError
+from vocal.hearing.smart_turn import SMART_TURN_SAMPLE_RATE, SMART_TURN_WINDOW_S
 
 if TYPE_CHECKING:
     import numpy as np
 
-SMART_TURN_SAMPLE_RATE = 16_000
-#: Smart Turn v3 hears the last 8 s: 800 frames of 10 ms, 80 mel bands.
-SMART_TURN_WINDOW_S = 8
-N_FFT = 400
-HOP_FRAMES = 160
-N_MELS = 80
-
-MODEL_FILE = "smart-turn-v3.2-cpu.onnx"
-MODEL_LOCATIONS = (("pipecat", f"audio/turn/smart_turn/data/{MODEL_FILE}"),)
-MODEL_ENV = "VOCAL_TURN_MODEL_PATH"
-HUB_REPO = "pipecat-ai/smart-turn-v3"
+    from vocal.hearing.smart_turn import SmartTurn
 
 
 class Verdict(str, enum.Enum):
@@ -171,164 +155,34 @@ def decide(audio_p: float | None, text: Verdict | None, options: EndOfTurnOption
     return Verdict.UNDECIDED
 
 
-# -- the audio ---------------------------------------------------------------------------------
-def _mel_filters(sample_rate: int = SMART_TURN_SAMPLE_RATE) -> np.ndarray:
-    """Slaney-scale triangular mel filters, (N_MELS, N_FFT // 2 + 1), area-normalized: the
-    filterbank Whisper's feature extractor uses."""
-    import numpy as np
-
-    def hz_to_mel(hz: float | np.ndarray) -> np.ndarray:
-        hz = np.asarray(hz, dtype=np.float64)
-        linear = hz / (200.0 / 3)
-        log = 15.0 + np.log(np.maximum(hz, 1e-10) / 1000.0) / (np.log(6.4) / 27.0)
-        return np.where(hz >= 1000.0, log, linear)
-
-    def mel_to_hz(mel: np.ndarray) -> np.ndarray:
-        linear = mel * (200.0 / 3)
-        log = 1000.0 * np.exp((np.log(6.4) / 27.0) * (mel - 15.0))
-        return np.where(mel >= 15.0, log, linear)
-
-    fft_hz = np.linspace(0, sample_rate / 2, N_FFT // 2 + 1)
-    edges_hz = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(sample_rate / 2), N_MELS + 2))
-    lower, center, upper = edges_hz[:-2, None], edges_hz[1:-1, None], edges_hz[2:, None]
-    rising = (fft_hz[None, :] - lower) / (center - lower)
-    falling = (upper - fft_hz[None, :]) / (upper - center)
-    weights = np.maximum(0.0, np.minimum(rising, falling))
-    return weights * (2.0 / (upper - lower))
-
-
-_MEL_FILTERS: np.ndarray | None = None
-
-
-def log_mel_features(samples: np.ndarray) -> np.ndarray:
-    """Whisper-style log-mel features of the last 8 s of `samples` (16 kHz mono float):
-    (80, 800) float32, left-padded with silence, the waveform normalized to zero mean and unit
-    variance first (as Smart Turn v3 was trained)."""
-    import numpy as np
-
-    global _MEL_FILTERS
-    if _MEL_FILTERS is None:
-        _MEL_FILTERS = _mel_filters()
-    window = SMART_TURN_WINDOW_S * SMART_TURN_SAMPLE_RATE
-    x = np.asarray(samples, dtype=np.float64).reshape(-1)[-window:]
-    x = np.pad(x, (window - x.shape[0], 0))
-    x = (x - x.mean()) / np.sqrt(x.var() + 1e-7)
-    padded = np.pad(x, (N_FFT // 2, N_FFT // 2), mode="reflect")
-    frames = np.lib.stride_tricks.sliding_window_view(padded, N_FFT)[::HOP_FRAMES]
-    hann = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(N_FFT) / N_FFT)  # periodic
-    power = np.abs(np.fft.rfft(frames * hann, axis=-1)) ** 2  # (801, 201)
-    mel = _MEL_FILTERS @ power[:-1].T  # Whisper drops the last frame: (80, 800)
-    log_spec = np.log10(np.maximum(mel, 1e-10))
-    log_spec = np.maximum(log_spec, log_spec.max() - 8.0)
-    return ((log_spec + 4.0) / 4.0).astype(np.float32)
-
-
-def find_turn_model(*, download: bool = True) -> Path:
-    """The Smart Turn ONNX file: $VOCAL_TURN_MODEL_PATH, a package that ships it, else the hub
-    (downloaded once; EngineError offline or with `download` False)."""
-    from vocal.audio.vad import packaged_model
-
-    path = packaged_model(MODEL_ENV, MODEL_LOCATIONS)
-    if path is not None:
-        return path
-    if not download:
-        raise EngineError("the Smart Turn model is not installed", hint=INSTALL_HINT)
-    from vocal.hub import hub_snapshot
-
-    return hub_snapshot(HUB_REPO, allow_patterns=[MODEL_FILE], what="the turn model") / MODEL_FILE
-
-
-INSTALL_HINT = "pip install --no-deps pipecat-ai (it ships the model), or set VOCAL_TURN_MODEL_PATH"
-
-
-class SmartTurn:
-    """Smart Turn v3 on onnxruntime: `model.probability(samples)` -> P(the turn is complete).
-
-    One thread, one session: a call costs ~60 ms on one core here (benchmarks/turns).
-    """
-
-    def __init__(self, model_path: str | os.PathLike | None = None) -> None:
-        import onnxruntime
-
-        self.model_path = Path(model_path) if model_path is not None else find_turn_model()
-        options = onnxruntime.SessionOptions()
-        options.inter_op_num_threads = 1
-        options.intra_op_num_threads = 1
-        options.log_severity_level = 4
-        try:
-            self._session = onnxruntime.InferenceSession(
-                str(self.model_path), sess_options=options, providers=["CPUExecutionProvider"]
-            )
-        except Exception as exc:  # onnxruntime raises its own Fail/InvalidProtobuf types
-            raise EngineError(f"cannot load the turn model {self.model_path}: {exc}") from None
-        inputs = self._session.get_inputs()
-        if [i.name for i in inputs] != ["input_features"]:
-            raise EngineError(f"{self.model_path} is not a Smart Turn v3 model")
-
-    def probability(self, samples: np.ndarray) -> float:
-        """P(complete) for the turn whose audio so far is `samples` (16 kHz mono)."""
-        features = log_mel_features(samples)[None]
-        (output,) = self._session.run(None, {"input_features": features})
-        return float(output.reshape(-1)[0])
-
-
-class TurnModelLoader:
-    """Loads `SmartTurn` in a daemon thread, started at construction, then runs it once (its
-    first call in a process is ~2x slower). `model()` never waits: None until ready, or for
-    good when loading failed (`error` says why; the turn then goes on with the text alone)."""
-
-    def __init__(self, model_path: str | os.PathLike | None = None) -> None:
-        self.started_at_s = time.monotonic()
-        self.ready_at_s: float | None = None
-        self.error: BaseException | None = None
-        self._model: SmartTurn | None = None
-        self._path = model_path
-        self._thread = threading.Thread(target=self._run, name="vocal-turn-load", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            model = SmartTurn(self._path)
-            import numpy as np
-
-            model.probability(np.zeros(SMART_TURN_SAMPLE_RATE, np.float32))
-            self._model = model
-        except BaseException as exc:  # reported through `error`, never raised in a turn
-            self.error = exc
-        finally:
-            self.ready_at_s = time.monotonic()
-
-    def model(self) -> SmartTurn | None:
-        return self._model
-
-    def wait(self, timeout_s: float | None = None) -> SmartTurn | None:
-        """Wait for loading to end; the model, or None when it failed."""
-        self._thread.join(timeout_s)
-        return self._model
-
-    @property
-    def load_s(self) -> float | None:
-        return None if self.ready_at_s is None else self.ready_at_s - self.started_at_s
-
-
 # -- one listening turn's pauses -------------------------------------------------------------
+#: An utterance in the endpointer: (speech start frame, speech end frame).
+UtteranceKey = tuple[int | None, int | None]
+
+
 class TextSource(Protocol):
     """Where the judge gets a pause's early transcript: `text(key, wait)` is (requested,
     text): requested False when no transcription of pause `key` was asked for (the engine was
     still loading), text None while it runs (or, with `wait`, after waiting for it)."""
 
-    def text(self, key: tuple[int, int], wait: bool) -> tuple[bool, str | None]: ...
+    def text(self, key: UtteranceKey, wait: bool) -> tuple[bool, str | None]: ...
 
 
 class PauseLike(Protocol):
     """What the judge reads of `vocal.audio.vad.Endpointer`."""
 
-    sample_rate: int
-    done: bool
-    speech_start_frame: int | None
-    speech_end_frame: int | None
-    silence_frames: int
-    fed_frames: int
+    @property
+    def sample_rate(self) -> int: ...
+    @property
+    def done(self) -> bool: ...
+    @property
+    def speech_start_frame(self) -> int | None: ...
+    @property
+    def speech_end_frame(self) -> int | None: ...
+    @property
+    def silence_frames(self) -> int: ...
+    @property
+    def fed_frames(self) -> int: ...
 
     def tail(self, frames: int) -> np.ndarray: ...
 
@@ -393,7 +247,7 @@ class PauseJudge:
         self._texts = texts
         self._wait = wait
         self.pauses: list[PauseDecision] = []
-        self._key: tuple[int, int] | None = None
+        self._key: UtteranceKey | None = None
         self._done = False  # this pause has its final verdict
         self._audio: threading.Thread | None = None
         self._audio_p: float | None = None
@@ -510,11 +364,7 @@ __all__ = [
     "EndOfTurnOptions",
     "PauseDecision",
     "PauseJudge",
-    "SmartTurn",
-    "TurnModelLoader",
     "Verdict",
     "decide",
-    "find_turn_model",
-    "log_mel_features",
     "text_verdict",
 ]

@@ -67,7 +67,7 @@ def listen_turn(
     loader = stt_loader(settings)
     turn_loader = None
     if options.vad and options.end_of_turn.enabled:
-        from vocal.hearing.endofturn import TurnModelLoader
+        from vocal.hearing.smart_turn import TurnModelLoader
 
         turn_loader = TurnModelLoader()
     level = LevelMeter() if meter and input_file is None and sys.stderr.isatty() else None

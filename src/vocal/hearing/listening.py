@@ -4,7 +4,7 @@
 `WavSource`, or a microphone whose callback runs echo cancellation), endpoints them with Silero
 VAD (`vocal.audio.vad.Endpointer`), and transcribes the utterance with an STT engine that
 `SttLoader` imports and loads in a background thread while the recording runs, so the
-microphone opens at once and the model's cost hides behind the speaker's own words (DESIGN.md).
+microphone opens at once and the model's cost hides behind the speaker's own words (docs/design.md).
 An external "end now" (`stop`, a `threading.Event`: Ctrl-C, the control channel's skip) ends
 the recording and still transcribes what was heard. Each stage is timed: `ListenResult.timings`
 holds durations, `ListenResult.clock` the `time.monotonic()` instants (one clock for every
@@ -39,7 +39,8 @@ from vocal.audio.wav import STT_SAMPLE_RATE, Audio
 from vocal.config import Settings, bad_setting
 from vocal.errors import VocalError
 from vocal.hearing.early import EarlyTranscriber
-from vocal.hearing.endofturn import EndOfTurnOptions, PauseJudge, TurnModelLoader
+from vocal.hearing.endofturn import EndOfTurnOptions, PauseJudge, UtteranceKey
+from vocal.hearing.smart_turn import TurnModelLoader
 from vocal.hearing.stt_loading import SttLoader
 from vocal.stt import SttEngine, Transcript
 
@@ -344,7 +345,7 @@ def listen(
         early.submit(key, Audio(endpointer.utterance(), endpointer.sample_rate))
 
     class _EarlyTexts:
-        def text(self, key: tuple[int, int], wait: bool) -> tuple[bool, str | None]:
+        def text(self, key: UtteranceKey, wait: bool) -> tuple[bool, str | None]:
             return (False, None) if early is None else early.text(key, wait)
 
     judge = None
