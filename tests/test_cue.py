@@ -125,6 +125,8 @@ def test_bad_names_and_undecodable_files_are_usage_errors(font: Path) -> None:
     assert result.returncode == 2 and b"cannot decode" in result.stderr
 
 
+@pytest.mark.audio  # its own session's cue really plays
+@pytest.mark.usefixtures("pulse")
 def test_skipped_while_another_session_holds_the_conch(font: Path) -> None:
     from vocal.config import load_settings
     from vocal.floor.conch import Conch
