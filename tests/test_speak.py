@@ -231,6 +231,13 @@ def test_a_long_first_sentence_is_spoken_in_two_pieces() -> None:
     ]
     late = "This sentence has its only clause break very late in it, here."
     assert split_first_clause(late) == [late]
+    # One word is a head too: "Okay," is the quickest first piece there is.
+    assert split_first_clause("Okay, I will run the tests now and tell you what fails.") == [
+        "Okay,", "I will run the tests now and tell you what fails.",
+    ]  # fmt: skip
+    assert split_first_clause("1,000 files were checked and none of them failed today.") == [
+        "1,000 files were checked and none of them failed today."
+    ]  # a comma inside a number is no clause break
 
 
 # -- a failed write never touches the existing file (issue 17) -----------------------------------

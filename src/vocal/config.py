@@ -59,6 +59,10 @@ class Settings:
     tts_engine: str = "hibari"
     voice: str | None = None
     speed: float = 1.0
+    # Each sentence is cut to its sound and followed by this pause (half after a first clause
+    # split off to start sooner): engines pad unevenly, hibari ~0.75 s between two sentences,
+    # 0.3 s of it before the first word (vocal.speaking.trim, issue 19).
+    sentence_pause_ms: int = 400
     # Turn-taking and history.
     conch_lock_expiry_s: float = field(default=120.0, metadata=_env("VOCAL_CONCH_LOCK_EXPIRY"))
     conch_timeout_s: float = field(default=300.0, metadata=_env("VOCAL_CONCH_TIMEOUT"))
@@ -170,7 +174,10 @@ def env_name(f: dataclasses.Field) -> str:
 
 #: Settings whose value must lie in a range (inclusive), the range their command-line flag
 #: takes: `--speed` is 0.25-4.0, and `VOCAL_SPEED=-1` once reached the engines (issue 17).
-SETTING_RANGES: dict[str, tuple[float, float]] = {"speed": (0.25, 4.0)}
+SETTING_RANGES: dict[str, tuple[float, float]] = {
+    "speed": (0.25, 4.0),
+    "sentence_pause_ms": (0, 5000),
+}
 
 
 def _convert(name: str, raw: object, annotation: str) -> object:

@@ -57,6 +57,13 @@ class MonitorRecorder:
         self.mic.close()
         self._thread.join(5)
 
+    def discard_until(self, until_s: float) -> None:
+        """Forget the blocks captured before `until_s` (a long benchmark's memory)."""
+        count = sum(1 for t in list(self.times) if t < until_s)
+        # The drain thread only appends, so the first `count` of either list are old blocks.
+        del self.blocks[:count]
+        del self.times[:count]
+
     def _drain(self) -> None:
         while True:
             block = self.mic.read(5.0)

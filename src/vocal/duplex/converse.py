@@ -272,6 +272,7 @@ class _Run:
             engine_loader(self.name, parts.voice, settings), [parts.text], engine_name=self.name,
             voice=parts.voice, sample_rate=self.rate, speed=self.options.speed or settings.speed,
             report=self.report, keep_audio=True, started_at_s=parts.started_at_s,
+            sentence_pause_s=settings.sentence_pause_ms / 1000,
         ).start()  # fmt: skip
         echo_guard = parts.guard
         try:

@@ -115,7 +115,8 @@ class PieceSpeaker:
         name, _voice, shown, rate = self._resolved()
         speech = Speech(self._engine_source(), utterances, engine_name=name, voice=shown,
                         sample_rate=rate, speed=self.options.speed or self.settings.speed,
-                        check=self.options.check, report=self.report)  # fmt: skip
+                        check=self.options.check, report=self.report,
+                        sentence_pause_s=self.settings.sentence_pause_ms / 1000)  # fmt: skip
         writer = None
         if self.options.record:
             writer = HistoryWriter(None, speech._utterances, shown, rate)

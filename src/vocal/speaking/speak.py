@@ -143,6 +143,7 @@ def speak(
         engine_loader(name, voice, settings), utterances, engine_name=name, voice=shown,
         sample_rate=rate, speed=options.speed or settings.speed, check=options.check,
         report=report, started_at_s=started_at_s,
+        sentence_pause_s=settings.sentence_pause_ms / 1000,
     )  # fmt: skip
     if options.output is not None:  # a file is not the speaker: no floor, no history
         return _speak_to_file(speech, rate, options, on_start)

@@ -37,6 +37,7 @@ from vocal.speaking.check import check_speech
 from vocal.speaking.output import FrameTracker, flush_output, tracker_of
 from vocal.speaking.results import SentenceRecord, SpeechResult
 from vocal.speaking.text import sentences_of, split_first_clause
+from vocal.speaking.trim import shape_sentence
 from vocal.timeline import mark
 
 if TYPE_CHECKING:
@@ -46,6 +47,11 @@ if TYPE_CHECKING:
     from vocal.config import Settings
     from vocal.tts import TtsEngine
 
+#: The pause after the first clause of a reply (split off to start sooner), as a share of
+#: the pause between sentences: a comma's pause, not a full stop's.
+CLAUSE_PAUSE_SHARE = 0.5
+#: The pause between sentences when the caller names none (Settings.sentence_pause_ms).
+DEFAULT_SENTENCE_PAUSE_S = 0.4
 #: Sentences synthesized ahead of the feeder: enough to hide one slow sentence, few enough that
 #: a stop wastes little synthesis.
 LOOKAHEAD_SENTENCES = 2
@@ -84,6 +90,9 @@ class Speech:
         on_sentence: called with (record, samples at the output's rate) from the feeder thread
             when a sentence goes to the output for the first time (a turn's history records
             it there); not again when a skip queues it anew.
+        sentence_pause_s: each sentence is cut to its sound (vocal.speaking.trim) and followed
+            by this much silence (half of it after a first clause split off to start sooner;
+            none after the last); None plays what the engine made, padding included.
     """
 
     def __init__(
@@ -100,7 +109,9 @@ class Speech:
         keep_audio: bool = False,
         started_at_s: float | None = None,
         on_sentence: Callable[[SentenceRecord, np.ndarray], None] | None = None,
+        sentence_pause_s: float | None = DEFAULT_SENTENCE_PAUSE_S,
     ) -> None:
+        self.sentence_pause_s = sentence_pause_s
         self._engine_or_loader = engine
         self._on_sentence = on_sentence
         self._utterances = list(utterances)
@@ -288,9 +299,13 @@ class Speech:
             index = 0
             for number, utterance in enumerate(self._utterances):
                 sentences = sentences_of(utterance, english_only=english_only)
+                split_head = False  # the first sentence split at its first clause break
                 if index == 0 and sentences:
-                    sentences[:1] = split_first_clause(sentences[0])
-                for sentence in sentences:
+                    head = split_first_clause(sentences[0])
+                    split_head = len(head) > 1
+                    sentences[:1] = head
+                last_utterance = number == len(self._utterances) - 1
+                for position, sentence in enumerate(sentences):
                     if self._stop.is_set():
                         return
                     record = SentenceRecord(index=index, utterance=number, text=sentence)
@@ -302,13 +317,21 @@ class Speech:
                     record.synth_done_at_s = time.monotonic()
                     mark("first_sentence_synthesized")
                     self._engine_settled(engine)
-                    record.frames = samples.shape[0]
                     reason = check_speech(samples, engine.sample_rate) if self.check else None
                     if reason is not None:
                         record.failed_check = reason
                         self.report(f"sentence {record.index + 1} failed the speech check "
                                     f"({reason}), not played: {sentence[:60]!r}")  # fmt: skip
                         continue
+                    if self.sentence_pause_s is not None:
+                        if last_utterance and position == len(sentences) - 1:
+                            pause_s = 0.0  # the reply ends with its sound: a turn listens next
+                        elif split_head and position == 0:
+                            pause_s = self.sentence_pause_s * CLAUSE_PAUSE_SHARE
+                        else:
+                            pause_s = self.sentence_pause_s
+                        samples = shape_sentence(samples, engine.sample_rate, pause_after_s=pause_s)
+                    record.frames = samples.shape[0]
                     self._output_ready.wait()
                     if self._stop.is_set():
                         return
