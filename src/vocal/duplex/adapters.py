@@ -4,11 +4,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from vocal.audio.devices import Block, Microphone
     from vocal.audio.player import Player
     from vocal.speaking.speech import Speech
@@ -58,11 +61,15 @@ INPUT_TIMEOUT_S = 2.0
 class TurnSource:
     """The block source `listen` reads after the reply: first the kept blocks (the barge-in's
     pre-roll), then the still-open microphone; blocks captured before `heard_from_s` are
-    silenced (the reply's tail) or dropped (half-duplex)."""
+    silenced (the reply's tail) or dropped (half-duplex), and after a barge-in each block may
+    be rebuilt from the raw capture (`rebuild`, vocal.duplex.onset)."""
 
     def __init__(self, mic: Microphone, first: list[Block], *, heard_from_s: float | None,
-                 drop_before: bool) -> None:  # fmt: skip
+                 drop_before: bool,
+                 rebuild: Callable[[Block], np.ndarray | None] | None = None) -> None:  # fmt: skip
         self.mic = mic
+        #: After a barge-in: each block's samples rebuilt from the raw capture (None: as is).
+        self._rebuild = rebuild
         self.sample_rate = mic.sample_rate
         self.opened_at_s: float | None = time.monotonic()
         self._first = first
@@ -81,6 +88,10 @@ class TurnSource:
                 if self._drop_before:
                     continue
                 block.samples[:] = 0.0  # our own block (the callback copied it)
+            elif self._rebuild is not None:
+                rebuilt = self._rebuild(block)
+                if rebuilt is not None:
+                    block = dataclasses.replace(block, samples=rebuilt)
             yield block
 
     def close(self) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import sys
 import threading
 import time
@@ -219,8 +220,9 @@ class _Run:
             parts.turn_loader = TurnModelLoader()
         self.phase = "listening"
         turn.set_phase(TurnPhase.LISTENING)
-        source = TurnSource(mic, kept, heard_from_s=heard_from_s,
-                             drop_before=not parts.barge_in)  # fmt: skip
+        rebuild = parts.echo_free.samples_for if parts.echo_free is not None else None
+        source = TurnSource(mic, kept, heard_from_s=heard_from_s, drop_before=not parts.barge_in,
+                            rebuild=rebuild)  # fmt: skip
         from vocal.hearing.listening import listen
 
         listened = listen(
@@ -366,7 +368,8 @@ class _Run:
         while start > 0 and trace[start - 1][1] >= ONSET_PROBABILITY:
             start -= 1
         onset_s = min(fired.speech_start_s, trace[start][0] - o.chunk_s)
-        self.parts.onset_s = onset_s
+        parts = self.parts
+        parts.onset_s = onset_s
         from_s = onset_s - o.pre_roll_ms / 1000
         delay_s = detector.delay_frames / o.sample_rate
         kept = []
@@ -374,7 +377,23 @@ class _Run:
             end_s = block.captured_at_s - delay_s
             if end_s - block.samples.shape[0] / o.sample_rate >= from_s - o.chunk_s:
                 kept.append(block)
-        return kept
+        # The raw capture minus the reply's fitted echo keeps the words AEC3's suppressor
+        # clips as the reply stops (vocal.duplex.onset); where the fit is not good enough,
+        # the canceller's output as before.
+        fit_started = time.monotonic()
+        echo_free = parts.guard.echo_free_onset(onset_s)
+        parts.onset_fit_s = time.monotonic() - fit_started
+        parts.onset_removed_db = echo_free.removed_db if echo_free is not None else None
+        if echo_free is None or not echo_free.usable:
+            return kept
+        rebuilt = []
+        for block in kept:
+            samples = echo_free.samples_for(block)
+            if samples is None:  # the raw tap no longer holds it: all from the canceller
+                return kept
+            rebuilt.append(dataclasses.replace(block, samples=samples))
+        parts.echo_free = echo_free
+        return rebuilt
 
 
 __all__ = ["REVERB_GAP_MS", "STOPPED_MARKER", "converse"]

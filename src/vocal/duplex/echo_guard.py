@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from vocal.audio.devices import Block
     from vocal.duplex.aec import EchoCanceller
     from vocal.duplex.bargein import BargeIn, BargeInDetector, BargeInOptions, SpeechProbability
+    from vocal.duplex.onset import EchoFreeOnset, OnsetTaps
 
 
 class _Underflows(Protocol):
@@ -43,17 +44,35 @@ class EchoGuard:
     def __init__(self, canceller: EchoCanceller | None = None) -> None:
         self.canceller = canceller
         self.detector: BargeInDetector | None = None
+        #: The raw capture and the played blocks, for an interruption's echo-free onset
+        #: (vocal.duplex.onset); only with a canceller (without one the capture is raw).
+        self.taps: OnsetTaps | None = None
+        if canceller is not None:
+            from vocal.duplex.onset import OnsetTaps
+
+            self.taps = OnsetTaps(canceller.render_sample_rate, canceller.capture_sample_rate)
 
     # the audio callbacks
     def capture(self, block: np.ndarray) -> np.ndarray:
         """The microphone's `on_block`: the cleaned block (needs a canceller)."""
         assert self.canceller is not None, "capture() is the canceller's: none was given"
+        if self.taps is not None:
+            self.taps.capture(block)  # a copy: the canceller cleans the block in place
         return self.canceller.capture(block)
 
     def render(self, block: np.ndarray) -> None:
         """An output block observer: the block as played, to the canceller's reverse stream."""
         if self.canceller is not None:
+            if self.taps is not None:
+                self.taps.render(block)
             self.canceller.render(block)
+
+    def echo_free_onset(self, onset_s: float) -> EchoFreeOnset | None:
+        """After a barge-in: the raw capture with the reply's fitted echo taken out (see
+        vocal.duplex.onset), or None without a canceller or with no reply to fit."""
+        if self.taps is None or self.canceller is None:
+            return None
+        return self.taps.rebuild(onset_s, self.canceller.activity.first_loud_s)
 
     # the detector (the consumer thread)
     def watch(

@@ -58,6 +58,10 @@ class ConverseResult:
     trace: list[tuple[float, float, bool, float | None, float | None]] | None = None
     #: The canceller's per-block levels (`EchoCanceller(log_levels=True)`), with the trace.
     levels: dict[str, Any] | None = None
+    #: After a barge-in, what the interruption was heard from: {"source": "raw" (the raw
+    #: microphone minus the reply's fitted echo, vocal.duplex.onset) or "canceller",
+    #: "echo_removed_db": what the best fit removed (None: nothing to fit), "fit_s"}.
+    interruption_audio: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What `vocal converse --json` prints."""
@@ -83,6 +87,7 @@ class ConverseResult:
             "clock": self.clock,
             "counters": self.counters,
             "sentences": self.sentences,
+            "interruption_audio": self.interruption_audio,
             **extra,
         }
 

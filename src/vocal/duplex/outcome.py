@@ -18,6 +18,7 @@ from vocal.duplex.options import ConverseResult
 if TYPE_CHECKING:
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
+    from vocal.duplex.onset import EchoFreeOnset
     from vocal.floor.turn import Turn
     from vocal.hearing.listening import ListenResult
     from vocal.hearing.smart_turn import TurnModelLoader
@@ -53,6 +54,11 @@ class TurnParts:
     speech_result: SpeechResult | None = None
     #: Where the person started speaking (capture time), once a barge-in fired.
     onset_s: float | None = None
+    #: After a barge-in: the raw capture minus the fitted echo, when the fit was good enough
+    #: (vocal.duplex.onset); the echo the best fit removed (dB) and how long fitting took.
+    echo_free: EchoFreeOnset | None = None
+    onset_removed_db: float | None = None
+    onset_fit_s: float | None = None
 
 
 def record_history(turn: Turn, parts: TurnParts) -> None:
@@ -193,6 +199,13 @@ def converse_result(
         listen=listened,
         speech=speech_result,
         sentences=sentences,
+        interruption_audio=None
+        if fired is None
+        else {
+            "source": "raw" if parts.echo_free is not None else "canceller",
+            "echo_removed_db": parts.onset_removed_db,
+            "fit_s": None if parts.onset_fit_s is None else round(parts.onset_fit_s, 3),
+        },
     )
     if trace and detector is not None:
         result.trace = [(round(t, 4), round(p, 3), i, None if a is None else round(a, 1),

@@ -1,0 +1,277 @@
+"""An interruption's words, rebuilt from the raw microphone once a barge-in has stopped the reply.
+
+Where the onset was lost (issue 19; room harness, hibari reply, "please stop and open the
+settings file" 1.5-7 s in; benchmarks/RESULTS.md): AEC3's output came back "please top/up..."
+in most runs. The person's "s" falls right after the reply stops, and for 0.1-0.2 s after that
+AEC3's suppressor takes 40-60 dB out of the band above 3 kHz. The raw microphone keeps every
+word, and the reply with them. A linear echo path fitted on the reply before the person started
+(the blocks as played against the raw microphone, least squares) takes the reply out and leaves
+the person alone.
+
+So after a barge-in the endpointer hears the raw microphone minus the fitted echo, from the
+pre-roll on (`EchoFreeOnset`), rather than AEC3's output. Where no fit removes at least
+`MIN_ECHO_REMOVED_DB` (a loudspeaker that distorts, an output that slipped, too little reply
+before the person spoke) it hears the canceller's output, as before.
+
+`OnsetTaps` keeps the last seconds of both streams from the audio callbacks: the raw capture
+(copied before the canceller cleans it in place) and the blocks as played, each with the count
+of samples before it, so positions within a stream are exact and only the one mapping between
+the two streams comes from the clock (the fitted delay absorbs its error).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from vocal.audio.devices import Block
+
+#: The capture rate the fit works at (the microphone's).
+SAMPLE_RATE = 16_000
+#: How much of each stream the taps keep.
+KEEP_S = 8.0
+#: The echo path's length the filter models: the direct sound and early reflections (96 ms).
+TAPS = 1536
+#: Taps before the strongest correlation (the path's onset is not sharp once resampled).
+LEAD_TAPS = 64
+#: Where the echo of a played sample can arrive, relative to the mapped clock: output and input
+#: latency plus the room (the harness: ~0.1-0.2 s; issue 20's long rooms: up to 0.6 s).
+LAG_RANGE_S = (-0.25, 0.75)
+#: Each candidate fit uses this much reply; candidates end this far before the estimated onset
+#: (the detector's onset can be late by a second when the person started under the echo, and
+#: the output can slip early in the reply: the best candidate wins).
+FIT_S = 2.0
+FIT_ENDS_BEFORE_ONSET_S = (0.1, 0.6, 1.1)
+#: A fit needs at least this much reply.
+FIT_MIN_S = 1.0
+#: Below this much echo removed by the best fit, the canceller's output is used instead.
+MIN_ECHO_REMOVED_DB = 20.0
+#: A candidate this good ends the search (live on the room harness: 24-56 dB when it held).
+GOOD_ENOUGH_DB = 35.0
+#: Diagonal loading of the normal equations, relative to the reference's energy per tap.
+_LOADING = 1e-4
+
+
+class _Tap:
+    """The last `keep_s` of one stream: (stamp, samples before it, samples) per block."""
+
+    def __init__(self, sample_rate: int, keep_s: float = KEEP_S) -> None:
+        self.sample_rate = sample_rate
+        self.blocks: collections.deque[tuple[float, int, np.ndarray]] = collections.deque()
+        self.total = 0
+        self._keep = round(keep_s * sample_rate)
+        self._lock = threading.Lock()
+
+    def add(self, samples: np.ndarray, stamp_s: float) -> None:
+        with self._lock:
+            self.blocks.append((stamp_s, self.total, samples.copy()))
+            self.total += samples.shape[0]
+            while self.blocks and self.total - self.blocks[0][1] > self._keep:
+                self.blocks.popleft()
+
+    def snapshot(self) -> list[tuple[float, int, np.ndarray]]:
+        with self._lock:
+            return list(self.blocks)
+
+
+def _position_at(blocks: list[tuple[float, int, np.ndarray]], at_s: float, rate: int) -> float:
+    """The stream position (samples) played or captured at `at_s`, from the nearest block's
+    stamp (a stamp is taken when its block's callback runs: the block's end)."""
+    stamp, before, samples = min(blocks, key=lambda b: abs(b[0] - at_s))
+    return before + samples.shape[0] + (at_s - stamp) * rate
+
+
+def _joined(blocks: list[tuple[float, int, np.ndarray]], start: int, stop: int) -> np.ndarray:
+    """Samples `start` to `stop` of a stream (zeros where the tap holds nothing)."""
+    out = np.zeros(max(0, stop - start), np.float32)
+    for _stamp, before, samples in blocks:
+        lo, hi = max(start, before), min(stop, before + samples.shape[0])
+        if lo < hi:
+            out[lo - start : hi - start] = samples[lo - before : hi - before]
+    return out
+
+
+def _window(signal: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """`signal[start:stop]` with zeros outside it."""
+    out = np.zeros(max(0, stop - start), signal.dtype)
+    lo, hi = max(start, 0), min(stop, signal.shape[0])
+    if lo < hi:
+        out[lo - start : hi - start] = signal[lo:hi]
+    return out
+
+
+@dataclass(frozen=True)
+class EchoPath:
+    """A fitted linear echo path: raw[n] holds sum_j h[j] * reference[n - lag - j]."""
+
+    lag: int
+    h: np.ndarray
+    removed_db: float
+
+
+def fit_echo_path(reference: np.ndarray, raw: np.ndarray, fit: slice,
+                  lags: tuple[int, int]) -> EchoPath | None:  # fmt: skip
+    """Fit the echo of `reference` in `raw` (same grid, same rate) over `raw[fit]`.
+
+    The delay is the strongest cross-correlation within `lags` (samples); the filter, `TAPS`
+    long from `LEAD_TAPS` before it, solves the normal equations built from the reference's
+    autocorrelation (a Toeplitz matrix) and the cross-correlation. None when the stretch holds
+    no reference or no sound."""
+    start, stop = fit.start or 0, fit.stop if fit.stop is not None else raw.shape[0]
+    y = raw[start:stop].astype(np.float64)
+    low, high = lags
+    # reference[start - high : stop - low] covers every lag in range.
+    span = _window(reference, start - high, stop - low).astype(np.float64)
+    if not span.any() or not y.any():
+        return None
+    size = 1 << math.ceil(math.log2(span.shape[0] + y.shape[0]))
+    corr = np.fft.irfft(np.fft.rfft(span, size) * np.conj(np.fft.rfft(y, size)), size)
+    # corr[k] = sum y[n] span[n + k] = sum y[n] reference[start + n + k - high]: lag high - k.
+    k = int(np.argmax(np.abs(corr[: high - low + 1])))
+    first = high - k - LEAD_TAPS
+    x = _window(reference, start - first - TAPS + 1, stop - first).astype(np.float64)
+    size = 1 << math.ceil(math.log2(2 * x.shape[0]))
+    spectrum = np.fft.rfft(x, size)
+    auto = np.fft.irfft(spectrum * np.conj(spectrum), size)[:TAPS]
+    gram = auto[np.abs(np.arange(TAPS)[:, None] - np.arange(TAPS)[None, :])]
+    gram[np.diag_indices(TAPS)] += _LOADING * auto[0] + 1e-12
+    # p[j] = sum y[n] x[n + TAPS - 1 - j]: the cross-correlation read backwards.
+    cross = np.fft.irfft(spectrum * np.conj(np.fft.rfft(y, size)), size)
+    h = np.linalg.solve(gram, cross[TAPS - 1 :: -1][:TAPS])
+    estimate = np.convolve(x, h, mode="valid")[: y.shape[0]]
+    return EchoPath(lag=first, h=h.astype(np.float32), removed_db=_removed_db(y, y - estimate))
+
+
+def _removed_db(raw: np.ndarray, residual: np.ndarray) -> float:
+    """Echo removed: the median over 100 ms windows with echo in them, so that one loud
+    moment the reference does not explain (a breath, a click) does not hide a fit that holds
+    everywhere else."""
+    window = SAMPLE_RATE // 10
+    count = raw.shape[0] // window
+    if count == 0:
+        return 0.0
+    raw_energy = np.sum(raw[: count * window].reshape(count, window) ** 2, axis=1)
+    left = np.sum(residual[: count * window].reshape(count, window) ** 2, axis=1)
+    echo = raw_energy > 1e-3 * float(np.max(raw_energy))  # within 30 dB of the loudest
+    if not echo.any():
+        return 0.0
+    return float(10 * np.log10(np.median(raw_energy[echo] / np.maximum(left[echo], 1e-20))))
+
+
+def echo_estimate(reference: np.ndarray, path: EchoPath, start: int, stop: int) -> np.ndarray:
+    """The fitted echo at raw samples `start` to `stop`."""
+    x = _window(reference, start - path.lag - TAPS + 1, stop - path.lag)
+    return np.convolve(x, path.h, mode="valid")[: stop - start].astype(np.float32)
+
+
+def best_echo_path(reference: np.ndarray, raw: np.ndarray, onset: int, *, earliest: int = 0,
+                   rate: int = SAMPLE_RATE) -> EchoPath | None:  # fmt: skip
+    """The best of the candidate fits (`FIT_S` of reply ending `FIT_ENDS_BEFORE_ONSET_S`
+    before raw sample `onset`, none before `earliest`), or None if none could be made."""
+    lags = (round(LAG_RANGE_S[0] * rate), round(LAG_RANGE_S[1] * rate))
+    best = None
+    for before_s in FIT_ENDS_BEFORE_ONSET_S:
+        end = onset - round(before_s * rate)
+        begin = max(earliest, end - round(FIT_S * rate))
+        if end - begin < FIT_MIN_S * rate:
+            continue
+        path = fit_echo_path(reference, raw, slice(begin, end), lags)
+        if path is not None and (best is None or path.removed_db > best.removed_db):
+            best = path
+        if best is not None and best.removed_db >= GOOD_ENOUGH_DB:
+            break  # each fit is ~0.1 s of CPU while the person talks
+    return best
+
+
+class OnsetTaps:
+    """The raw capture and the played blocks of a turn, kept for `EchoFreeOnset`.
+
+    `capture` and `render` run in the audio callbacks (a copy and an append each)."""
+
+    def __init__(self, render_sample_rate: int, capture_sample_rate: int = SAMPLE_RATE) -> None:
+        self.raw = _Tap(capture_sample_rate)
+        self.played = _Tap(render_sample_rate)
+
+    def capture(self, block: np.ndarray) -> None:
+        self.raw.add(block, time.monotonic())
+
+    def render(self, block: np.ndarray) -> None:
+        self.played.add(block, time.monotonic())
+
+    def rebuild(self, onset_s: float, reply_started_s: float | None) -> EchoFreeOnset | None:
+        """The raw capture with the reply's fitted echo taken out, fitted on the reply before
+        `onset_s`; None when there was nothing to fit (see `EchoFreeOnset.usable`)."""
+        from vocal.audio.wav import resample
+
+        raw_blocks, played_blocks = self.raw.snapshot(), self.played.snapshot()
+        if not raw_blocks or not played_blocks:
+            return None
+        rate, played_rate = self.raw.sample_rate, self.played.sample_rate
+        base = raw_blocks[0][1]
+        raw = _joined(raw_blocks, base, self.raw.total)
+        # The reply as played, on the raw stream's grid: one mapping through the clock at the
+        # first raw sample kept; the fitted delay absorbs its error.
+        first_s = raw_blocks[0][0] - raw_blocks[0][2].shape[0] / rate
+        frame = round(_position_at(played_blocks, first_s, played_rate))
+        count = math.ceil(raw.shape[0] * played_rate / rate) + played_rate
+        played = _joined(played_blocks, frame, frame + count)
+        reference = played if played_rate == rate else resample(played, played_rate, rate)
+        onset = round(_position_at(raw_blocks, onset_s, rate)) - base
+        earliest = 0
+        if reply_started_s is not None:
+            earliest = max(0, round(_position_at(raw_blocks, reply_started_s, rate)) - base)
+        path = best_echo_path(reference, raw, onset, earliest=earliest, rate=rate)
+        if path is None:
+            return None
+        return EchoFreeOnset(self, base, reference, path)
+
+
+class EchoFreeOnset:
+    """Raw capture minus the fitted echo, block by block, for the blocks a Microphone hands
+    out (matched to the raw tap by their stamps)."""
+
+    def __init__(self, taps: OnsetTaps, base: int, reference: np.ndarray, path: EchoPath) -> None:
+        self._taps, self._base, self._reference = taps, base, reference
+        self.path = path
+
+    @property
+    def usable(self) -> bool:
+        """Whether the fit removed enough echo to hear the person from the raw capture."""
+        return self.path.removed_db >= MIN_ECHO_REMOVED_DB
+
+    @property
+    def removed_db(self) -> float:
+        """Echo removed on the fit stretch, dB."""
+        return round(self.path.removed_db, 1)
+
+    def samples_for(self, block: Block) -> np.ndarray | None:
+        """The echo-free raw samples of a captured block (None if the tap no longer has it)."""
+        # The raw record made in the same callback: the last one stamped at or before it.
+        found = None
+        for stamp, before, samples in reversed(self._taps.raw.snapshot()):
+            if stamp <= block.captured_at_s:
+                found = (before, samples)
+                break
+        if found is None or found[1].shape[0] != block.samples.shape[0]:
+            return None
+        before, samples = found
+        start = before - self._base
+        return samples - echo_estimate(self._reference, self.path, start, start + samples.shape[0])
+
+
+__all__ = [
+    "EchoFreeOnset",
+    "EchoPath",
+    "MIN_ECHO_REMOVED_DB",
+    "OnsetTaps",
+    "best_echo_path",
+    "echo_estimate",
+    "fit_echo_path",
+]

@@ -1,0 +1,112 @@
+"""An interruption heard from the raw microphone minus the reply's fitted echo
+(vocal.duplex.onset, issue 19): the fit on real speech through a known echo path, the taps'
+bookkeeping, and the fallback when the echo is not linear."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness.sounds import espeak
+from vocal.audio.devices import Block
+from vocal.audio.wav import resample
+from vocal.duplex.onset import (
+    MIN_ECHO_REMOVED_DB,
+    OnsetTaps,
+    best_echo_path,
+    echo_estimate,
+)
+
+RATE = 16_000
+REPLY = "The build finished. All forty two tests passed, and the report is in the docs folder."
+PERSON = "please stop and open the settings file"
+
+
+def room(reference: np.ndarray, delay_s: float = 0.12) -> np.ndarray:
+    """`reference` through a room: a direct path (gain 0.5) and a decaying 40 ms tail."""
+    rng = np.random.default_rng(3)
+    ir = np.zeros(round((delay_s + 0.05) * RATE), np.float32)
+    start = round(delay_s * RATE)
+    ir[start] = 0.5
+    tail = rng.standard_normal(640).astype(np.float32) * np.exp(-np.arange(640) / 160) * 0.02
+    ir[start + 1 : start + 641] += tail
+    return np.convolve(reference, ir)[: reference.shape[0]].astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def speech() -> tuple[np.ndarray, np.ndarray]:
+    reply = espeak(REPLY)
+    person = espeak(PERSON)
+    return (resample(reply.mono_samples, reply.sample_rate, RATE),
+            resample(person.mono_samples, person.sample_rate, RATE))  # fmt: skip
+
+
+def test_the_fit_removes_the_echo_and_leaves_the_person(speech) -> None:
+    reply, person = speech
+    raw = room(reply)
+    onset = round(3.5 * RATE)  # the person starts 3.5 s into the reply, over it
+    raw[onset : onset + person.shape[0]] += 0.6 * person[: raw.shape[0] - onset]
+    path = best_echo_path(reply, raw, onset)
+    assert path is not None and path.removed_db >= 40.0
+    assert path.lag <= round(0.12 * RATE) <= path.lag + 200  # found the delay
+    after = raw.shape[0]
+    cleaned = raw[onset:after] - echo_estimate(reply, path, onset, after)
+    wanted = 0.6 * person[: after - onset]
+    # What is left over the person is the person: the echo is 30 dB under them, or more.
+    left = cleaned - wanted
+    assert 10 * np.log10(np.sum(wanted**2) / np.sum(left**2)) >= 30.0
+
+
+def test_a_late_onset_estimate_still_fits_on_the_reply_alone(speech) -> None:
+    """The detector's onset can be a second late (the person started under the echo): the
+    candidates that end earlier fit on the reply alone."""
+    reply, person = speech
+    raw = room(reply)
+    true_onset = round(3.0 * RATE)
+    raw[true_onset : true_onset + person.shape[0]] += 0.6 * person[: raw.shape[0] - true_onset]
+    path = best_echo_path(reply, raw, true_onset + round(0.9 * RATE))
+    assert path is not None and path.removed_db >= MIN_ECHO_REMOVED_DB
+
+
+def test_a_distorting_loudspeaker_is_not_fitted_well_enough(speech) -> None:
+    reply, _ = speech
+    # Hard clipping at a quarter of the peak: most of the echo is no linear function of it.
+    clipped = np.clip(reply, -0.25 * np.max(np.abs(reply)), 0.25 * np.max(np.abs(reply)))
+    raw = room(np.sign(clipped) * np.abs(clipped) ** 0.3)
+    path = best_echo_path(reply, raw, round(3.5 * RATE))
+    assert path is not None and path.removed_db < MIN_ECHO_REMOVED_DB
+
+
+def test_the_taps_rebuild_blocks_as_the_microphone_hands_them_out(speech) -> None:
+    """Blocks as the callbacks see them (the played ones at 24 kHz in 256-frame blocks, the
+    captured ones in 512-frame blocks, both stamped on one clock): a block the microphone hands
+    out after a barge-in comes back without the reply, matched by its stamp."""
+    reply, person = speech
+    played = resample(reply, RATE, 24_000)
+    raw = room(reply)
+    onset = round(3.0 * RATE)
+    raw[onset : onset + person.shape[0]] += 0.6 * person[: raw.shape[0] - onset]
+    taps = OnsetTaps(24_000, RATE)
+    t0 = 1000.0
+    for i in range(0, played.shape[0] - 256, 256):
+        taps.played.add(played[i : i + 256], t0 + (i + 256) / 24_000)
+    blocks = []
+    for i in range(0, raw.shape[0] - 512, 512):
+        stamp = t0 + (i + 512) / RATE + 0.002  # a callback runs just after its block
+        taps.raw.add(raw[i : i + 512], stamp)
+        blocks.append(Block(raw[i : i + 512].copy(), stamp + 0.0005))
+    rebuilt = taps.rebuild(t0 + onset / RATE, reply_started_s=t0)
+    assert rebuilt is not None and rebuilt.usable, rebuilt and rebuilt.removed_db
+    # The blocks of the reply alone, in the second before the person: the echo is gone.
+    echo_only = blocks[(onset - RATE) // 512 : (onset - RATE // 5) // 512]
+    outs = [rebuilt.samples_for(block) for block in echo_only]
+    assert all(out is not None for out in outs)
+    before = sum(float(np.sum(b.samples**2)) for b in echo_only)
+    after = sum(float(np.sum(out**2)) for out in outs)  # type: ignore[arg-type]
+    # 25 dB: the reply crossed two resamplers (16 -> 24 -> 16 kHz) on its way here.
+    assert 10 * np.log10(before / after) >= 25.0
+    # A block with the person in it: the person stays.
+    index = (onset + RATE // 2) // 512
+    out = rebuilt.samples_for(blocks[index])
+    wanted = 0.6 * person[index * 512 - onset : index * 512 - onset + 512]
+    assert 10 * np.log10(np.sum(wanted**2) / np.sum((out - wanted) ** 2)) >= 25.0
