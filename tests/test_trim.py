@@ -11,7 +11,14 @@ import pytest
 
 from harness.runner import run_vocal
 from vocal.audio.wav import read_wav
-from vocal.speaking.trim import KEEP_LEAD_MS, KEEP_TAIL_MS, shape_sentence, sound_bounds
+from vocal.speaking.trim import (
+    CLAUSE_PAUSE_SHARE,
+    KEEP_LEAD_MS,
+    KEEP_TAIL_MS,
+    pause_after_s,
+    shape_sentence,
+    sound_bounds,
+)
 
 RATE = 24_000
 #: Audible, as the issue measures it at the sink's monitor: above -40 dBFS.
@@ -55,8 +62,17 @@ def test_the_pause_after_is_the_one_asked_for() -> None:
         assert not shaped[shaped.size - round(pause_s * RATE) :].any()
 
 
+def test_which_pause_follows_which_sentence() -> None:
+    assert pause_after_s(0.4, clause=False, last=False) == 0.4
+    assert pause_after_s(0.4, clause=True, last=False) == pytest.approx(0.4 * CLAUSE_PAUSE_SHARE)
+    assert pause_after_s(0.4, clause=True, last=True) == 0.0  # a reply of one split sentence
+    assert pause_after_s(0.4, clause=False, last=True) == 0.0
+
+
 def test_sound_from_the_first_sample_and_silence_are_left_alone() -> None:
-    samples, *_ = padded_sentence(lead_s=0.0, tail_s=0.0)
+    # Loud from the first sample to the last (espeak-ng's sentences start like this).
+    t = np.arange(round(0.3 * RATE)) / RATE
+    samples = (0.3 * np.sin(2 * np.pi * 220 * t + 0.5)).astype(np.float32)
     shaped = shape_sentence(samples, RATE)
     np.testing.assert_array_equal(shaped, samples)  # nothing cut, so nothing faded
     silence = np.zeros(RATE, np.float32)

@@ -37,7 +37,7 @@ from vocal.speaking.check import check_speech
 from vocal.speaking.output import FrameTracker, flush_output, tracker_of
 from vocal.speaking.results import SentenceRecord, SpeechResult
 from vocal.speaking.text import sentences_of, split_first_clause
-from vocal.speaking.trim import shape_sentence
+from vocal.speaking.trim import pause_after_s, shape_sentence
 from vocal.timeline import mark
 
 if TYPE_CHECKING:
@@ -47,9 +47,6 @@ if TYPE_CHECKING:
     from vocal.config import Settings
     from vocal.tts import TtsEngine
 
-#: The pause after the first clause of a reply (split off to start sooner), as a share of
-#: the pause between sentences: a comma's pause, not a full stop's.
-CLAUSE_PAUSE_SHARE = 0.5
 #: The pause between sentences when the caller names none (Settings.sentence_pause_ms).
 DEFAULT_SENTENCE_PAUSE_S = 0.4
 #: Sentences synthesized ahead of the feeder: enough to hide one slow sentence, few enough that
@@ -324,12 +321,9 @@ class Speech:
                                     f"({reason}), not played: {sentence[:60]!r}")  # fmt: skip
                         continue
                     if self.sentence_pause_s is not None:
-                        if last_utterance and position == len(sentences) - 1:
-                            pause_s = 0.0  # the reply ends with its sound: a turn listens next
-                        elif split_head and position == 0:
-                            pause_s = self.sentence_pause_s * CLAUSE_PAUSE_SHARE
-                        else:
-                            pause_s = self.sentence_pause_s
+                        last = last_utterance and position == len(sentences) - 1
+                        clause = split_head and position == 0
+                        pause_s = pause_after_s(self.sentence_pause_s, clause=clause, last=last)
                         samples = shape_sentence(samples, engine.sample_rate, pause_after_s=pause_s)
                     record.frames = samples.shape[0]
                     self._output_ready.wait()

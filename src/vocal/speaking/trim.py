@@ -28,6 +28,17 @@ KEEP_LEAD_MS = 10.0
 #: Kept after the last loud frame (a decaying vowel), the last half of it faded out.
 KEEP_TAIL_MS = 40.0
 _FRAME_MS = 5.0
+#: The pause after the first clause of a reply (split off to start sooner), as a share of
+#: the pause between sentences: a comma's pause, not a full stop's.
+CLAUSE_PAUSE_SHARE = 0.5
+
+
+def pause_after_s(sentence_pause_s: float, *, clause: bool, last: bool) -> float:
+    """The silence after one sentence: none after the reply's last (a turn listens next), a
+    share after a first clause split off to start sooner, else the pause between sentences."""
+    if last:
+        return 0.0
+    return sentence_pause_s * CLAUSE_PAUSE_SHARE if clause else sentence_pause_s
 
 
 def sound_bounds(samples: np.ndarray, sample_rate: int) -> tuple[int, int] | None:
@@ -83,4 +94,12 @@ def _fade(segment: np.ndarray, *, rising: bool) -> None:
     segment *= ramp if rising else ramp[::-1]
 
 
-__all__ = ["KEEP_LEAD_MS", "KEEP_TAIL_MS", "SOUND_BELOW_PEAK_DB", "shape_sentence", "sound_bounds"]
+__all__ = [
+    "CLAUSE_PAUSE_SHARE",
+    "KEEP_LEAD_MS",
+    "KEEP_TAIL_MS",
+    "SOUND_BELOW_PEAK_DB",
+    "pause_after_s",
+    "shape_sentence",
+    "sound_bounds",
+]
