@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from harness.heard import AUDIBLE, audible_pauses
 from harness.runner import run_vocal
 from vocal.audio.wav import read_wav
 from vocal.speaking.trim import (
@@ -21,8 +22,6 @@ from vocal.speaking.trim import (
 )
 
 RATE = 24_000
-#: Audible, as the issue measures it at the sink's monitor: above -40 dBFS.
-AUDIBLE = 10 ** (-40 / 20)
 
 
 def padded_sentence(lead_s: float = 0.3, tail_s: float = 0.45) -> tuple[np.ndarray, int, int]:
@@ -80,17 +79,6 @@ def test_sound_from_the_first_sample_and_silence_are_left_alone() -> None:
     np.testing.assert_array_equal(shape_sentence(silence, RATE, pause_after_s=0.5), silence)
 
 
-def audible_runs(path: Path) -> tuple[np.ndarray, int, list[float]]:
-    """The samples of a WAV, where the first audible sample is, and the silent stretches
-    (seconds, at least 120 ms below -40 dBFS) between audible ones."""
-    audio = read_wav(path)
-    samples, rate = audio.mono_samples, audio.sample_rate
-    loud = np.flatnonzero(np.abs(samples) >= AUDIBLE)
-    steps = np.diff(loud)
-    gaps = [float(step) / rate for step in steps if step >= 0.12 * rate]
-    return samples, int(loud[0]), gaps
-
-
 @pytest.mark.parametrize("pause_ms", [400, 100])
 def test_hibari_starts_at_once_and_pauses_as_set(tmp_path: Path, pause_ms: int) -> None:
     """A reply of a split first clause and two sentences, as `vocal speak` writes it: sound
@@ -104,9 +92,11 @@ def test_hibari_starts_at_once_and_pauses_as_set(tmp_path: Path, pause_ms: int) 
     assert [s["text"] for s in json.loads(done.stdout)["detail"]] == [
         "Hello there,", "I have finished the refactoring.", "Shall I open the pull request?",
     ]  # fmt: skip
-    samples, first, gaps = audible_runs(out)
-    rate = read_wav(out).sample_rate
-    assert first / rate <= 0.06  # the kept 20 ms and the onset climbing to -40 dBFS
+    reply = read_wav(out)
+    samples, rate = reply.mono_samples, reply.sample_rate
+    first = int(np.flatnonzero(np.abs(samples) >= AUDIBLE)[0])
+    gaps = audible_pauses(samples, rate)
+    assert first / rate <= 0.06  # the kept 10 ms and the onset climbing to -40 dBFS
     clause, sentence = gaps[0], max(gaps)
     # Each pause is the chosen silence plus at most ~0.2 s of faded tail and soft onset.
     assert pause_ms / 2000 <= clause <= pause_ms / 2000 + 0.2, gaps

@@ -22,6 +22,30 @@ MONITOR_RATE = 16_000
 SOUND_RMS = 0.003
 
 
+#: Audible, as issue 19 measures what a person hears: a sample above -40 dBFS.
+AUDIBLE = 10 ** (-40 / 20)
+#: A pause between sentences: at least this long below AUDIBLE between two audible samples.
+MIN_PAUSE_S = 0.12
+
+
+def first_audible(recorder: MonitorRecorder, after_s: float) -> float | None:
+    """The monotonic time of the first audible sample the monitor recorded after `after_s`
+    (a sample's time: its block's capture time, less the samples after it)."""
+    for samples, captured_at_s in zip(recorder.blocks, recorder.times, strict=False):
+        if captured_at_s < after_s:
+            continue
+        loud = np.flatnonzero(np.abs(samples) >= AUDIBLE)
+        if loud.size:
+            return captured_at_s - (samples.size - 1 - int(loud[0])) / MONITOR_RATE
+    return None
+
+
+def audible_pauses(samples: np.ndarray, sample_rate: int) -> list[float]:
+    """Seconds of every pause (see MIN_PAUSE_S) between the audible samples of a reply."""
+    steps = np.diff(np.flatnonzero(np.abs(samples) >= AUDIBLE)) / sample_rate
+    return [float(step) for step in steps if step >= MIN_PAUSE_S]
+
+
 def rendered(text: str, tmp_path: Path) -> np.ndarray:
     """What `vocal speak --engine espeak-ng TEXT` plays, at the monitor's rate, without the
     engine's leading and trailing silence."""

@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from vocal.config import Settings
 from vocal.errors import EngineError, VocalError
 from vocal.speaking.check import check_speech
 from vocal.speaking.output import FrameTracker, flush_output, tracker_of
@@ -44,11 +45,10 @@ if TYPE_CHECKING:
     import numpy as np
 
     from vocal.audio.output import Output
-    from vocal.config import Settings
     from vocal.tts import TtsEngine
 
-#: The pause between sentences when the caller names none (Settings.sentence_pause_ms).
-DEFAULT_SENTENCE_PAUSE_S = 0.4
+#: The pause between sentences when the caller names none: the setting's default.
+DEFAULT_SENTENCE_PAUSE_S = Settings.sentence_pause_ms / 1000
 #: Sentences synthesized ahead of the feeder: enough to hide one slow sentence, few enough that
 #: a stop wastes little synthesis.
 LOOKAHEAD_SENTENCES = 2
