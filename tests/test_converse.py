@@ -152,6 +152,53 @@ def test_near_end_speech_stops_the_reply_and_is_transcribed(room, near_wav) -> N
     assert timings["transcribe_s"] is not None and timings["end_to_text_s"] < 3.0
 
 
+# -- backchannels --------------------------------------------------------------------------------
+def short_word_over_reply(room, tmp_path: Path, word: str, *env: str) -> tuple[int, dict, str]:
+    """`word` (espeak-ng) said 3 s into the long reply; repeated (up to 3 turns) while the
+    detector did not hear it at all: a word this short over the echo is missed now and then
+    (2 backchannels in 10 in benchmarks/converse), and that is not what these tests are about."""
+    wav = tmp_path / f"{word.replace(' ', '-')}.wav"
+    write_wav(wav, espeak(word))
+    for _ in range(3):
+        room.say(wav, delay_s=3.0, after="far")
+        proc = start_vocal("converse", LONG_REPLY, "--json", "--no-speech-timeout", "1.5",
+                           env=dict(e.split("=", 1) for e in env))  # fmt: skip
+        out, err = proc.communicate(timeout=60)
+        result = json.loads(out) if out.strip() else {}
+        if result.get("interrupted") or result.get("backchannels"):
+            return proc.returncode, result, err.decode()
+    raise AssertionError(f"{word!r} was never heard over the reply: {result}")
+
+
+def test_a_backchannel_pauses_the_reply_and_it_goes_on(room, tmp_path) -> None:
+    code, result, err = short_word_over_reply(room, tmp_path, "okay")
+    # Nobody answered after the reply: exit 4, and the "okay" is not the answer.
+    assert code == 4, (err, result)
+    assert result["interrupted"] is False and result["text"] == "", result
+    heard = result["backchannels"]
+    assert len(heard) == 1 and "ok" in heard[0]["text"].lower(), heard
+    assert 0 < heard[0]["paused_s"] < 3.0 and heard[0]["speech_s"] < 1.0, heard
+    assert 2.5 < heard[0]["at_s"] < 4.5, heard
+    assert result["counters"]["backchannels"] == 1
+    # The whole reply was played: the pause lost nothing.
+    assert result["heard_reply"] == result["reply"].strip()
+    assert [s["played"] for s in result["sentences"]] == [True] * len(result["sentences"])
+
+
+def test_a_short_stop_word_stops_the_reply(room, tmp_path) -> None:
+    code, result, err = short_word_over_reply(room, tmp_path, "wait")
+    assert code == 0 and result["interrupted"] is True, (err, result)
+    assert "wait" in result["text"].lower() and not result["backchannels"], result
+    assert len(result["heard_reply"]) < len(result["reply"]) * 2 // 3, result["heard_reply"]
+
+
+def test_with_backchannels_off_any_barge_in_stops_the_reply(room, tmp_path) -> None:
+    code, result, err = short_word_over_reply(room, tmp_path, "okay",
+                                              "VOCAL_BARGE_IN_BACKCHANNELS=false")  # fmt: skip
+    assert code == 0 and result["interrupted"] is True, (err, result)
+    assert "ok" in result["text"].lower() and not result["backchannels"], result
+
+
 # -- half-duplex ---------------------------------------------------------------------------------
 def test_half_duplex_never_hears_its_reply_and_hears_the_answer(room, near_wav) -> None:
     # The person talks over the reply (unheard: the microphone is shut) and again after it.

@@ -46,6 +46,10 @@ if TYPE_CHECKING:
 
 SpeechProbability = Callable[["np.ndarray"], float]
 
+#: Chunks at or above this speech probability just before a barge-in's deciding run belong
+#: to the same speech (Silero rises over 2-3 chunks at an onset: 0.16, 0.59, ... measured).
+ONSET_PROBABILITY = 0.3
+
 
 class FarEndActivity(Protocol):
     """What the detector needs to know about playback (`vocal.duplex.aec_frames.RenderActivity`)."""
@@ -255,6 +259,26 @@ class BargeInDetector:
         #: Runs that were judged with the canceller healthy (`fast_chunks`).
         self.fast_runs = 0
         self._pending = np.zeros(o.chunk_frames, np.float32)
+        self._pending_fill = 0
+
+    def onset_s(self) -> float:
+        """Where the speech that made it fire began (capture time): the first chunk of the run
+        of likely-speech chunks (`ONSET_PROBABILITY`) ending in the deciding run, inhibited
+        chunks included: an inhibit window (convergence, a sentence's tail, a glitch) may have
+        held the decision back, but the person was already talking."""
+        fired = self.fired
+        assert fired is not None, "onset_s() before the detector fired"
+        trace = self.trace
+        start = len(trace) - len(fired.probabilities)
+        while start > 0 and trace[start - 1][1] >= ONSET_PROBABILITY:
+            start -= 1
+        return min(fired.speech_start_s, trace[start][0] - self.options.chunk_s)
+
+    def rearm(self) -> None:
+        """Watch again after a barge-in that turned out not to be one (a backchannel, and the
+        reply resumed: vocal.duplex.backchannel); the trace and counters go on."""
+        self.fired = None
+        self._run.clear()
         self._pending_fill = 0
 
     def hold(self, duration_s: float) -> None:

@@ -36,7 +36,7 @@ import dataclasses
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from vocal.duplex.adapters import INPUT_TIMEOUT_S, SpeechOutput, TurnSource
@@ -49,7 +49,9 @@ from vocal.floor.phases import TurnPhase
 if TYPE_CHECKING:
     from vocal.audio.devices import Block, Microphone
     from vocal.config import Settings
+    from vocal.duplex.backchannel import BackchannelJudge
     from vocal.duplex.bargein import BargeInDetector
+    from vocal.duplex.onset import OnsetFit
     from vocal.floor.turn import Turn
     from vocal.hearing.listening import ListenResult
 
@@ -62,9 +64,11 @@ REVERB_GAP_MS = 200
 OUTPUT_STALL_S = 2.0
 #: Cleaned blocks kept while the reply plays (32 ms each: 3 s), for a late barge-in's onset.
 KEEP_BLOCKS = 94
-#: Chunks at or above this speech probability just before a barge-in's deciding run belong
-#: to the same speech (Silero rises over 2-3 chunks at an onset: 0.16, 0.59, ... measured).
-ONSET_PROBABILITY = 0.3
+#: Audio kept around a short utterance over the paused reply when it is transcribed to tell a
+#: backchannel (vocal.duplex.backchannel): before its onset, after its end.
+JUDGED_LEAD_S, JUDGED_TAIL_S = 0.1, 0.15
+#: How long a backchannel's transcription waits for the recognizer to finish loading.
+JUDGE_STT_WAIT_S = 2.0
 #: The marker printed for a turn ended by `vocal control stop`.
 STOPPED_MARKER = "[stopped]"
 
@@ -294,17 +298,21 @@ class _Run:
         turn.attach_output(SpeechOutput(speech, player, on_resume=echo_guard.hold_after_resume))
         turn.set_phase(TurnPhase.PLAYING)
         detector = None
-        vad = None
+        # With backchannels on, a barge-in pauses the reply until the words tell "yeah" from
+        # "stop" (vocal.duplex.backchannel); the person hears it go quiet as soon either way.
+        judge_backchannels = parts.barge_in and settings.barge_in_backchannels
         if parts.barge_in:
-            vad = SileroVad()
-            bargein_options = barge_in_options(settings)
-            detector = echo_guard.watch(vad, speech.stop, bargein_options, player=player, mic=mic)
+            on_barge_in = speech.pause if judge_backchannels else speech.stop
+            detector = echo_guard.watch(SileroVad(), on_barge_in, barge_in_options(settings),
+                                        player=player, mic=mic)  # fmt: skip
         # The cleaned blocks of the last few seconds: a barge-in decided late (an inhibit window
         # held it back) still hands the endpointer the person's first word.
         recent: collections.deque[Block] = collections.deque(maxlen=KEEP_BLOCKS)
         last_frames, last_progress_s = -1, time.monotonic()
+        fit: OnsetFit | None = None
         try:
-            for block in mic.blocks(INPUT_TIMEOUT_S):
+            blocks = mic.blocks(INPUT_TIMEOUT_S)
+            for block in blocks:
                 now = time.monotonic()
                 if speech.done:
                     break
@@ -316,7 +324,15 @@ class _Run:
                     fired = echo_guard.feed(block)
                     if fired is not None:
                         parts.clock["barge_in"] = fired.at_s
-                        break
+                        parts.onset_s = detector.onset_s()
+                        fit = self._start_fit(parts.onset_s)
+                        if not judge_backchannels or not self._hear_out(
+                            turn, detector, blocks, recent, fit
+                        ):
+                            speech.stop()
+                            break
+                        fit = None
+                        last_progress_s = time.monotonic()
                 # A vanished output stops calling back: nothing is played, nothing fails.
                 frames = player.played_frames
                 if frames != last_frames or speech.paused or player.started_at_s is None:
@@ -344,33 +360,112 @@ class _Run:
         parts.clock["reply_ended"] = ended_s
         turn.check()
         record_history(turn, parts)
-        if detector is not None and detector.fired is not None:
-            return self._kept_blocks(detector, recent), None
+        if detector is not None and detector.fired is not None and fit is not None:
+            return self._kept_blocks(detector, recent, fit), None
         if parts.barge_in:
             tail_s = (BargeInOptions().tail_inhibit_ms / 1000) if parts.use_aec else 0.0
             return [], ended_s + tail_s
         return [], ended_s + REVERB_GAP_MS / 1000
 
-    def _kept_blocks(
-        self, detector: BargeInDetector, recent: collections.deque[Block]
-    ) -> list[Block]:
-        """The blocks from `pre_roll_ms` before the person's onset to the deciding chunk.
+    def _start_fit(self, onset_s: float) -> OnsetFit:
+        """Start fitting the reply's echo before `onset_s` (vocal.duplex.onset) in a thread."""
+        from vocal.duplex.onset import OnsetFit
 
-        The onset is where the speech probability first rose in the run of likely-speech
-        chunks that ends in the deciding run, inhibited chunks included: an inhibit window
-        (convergence, a sentence's tail, a glitch) may have held the decision back, but the
-        person was already talking.
-        """
-        o, fired = detector.options, detector.fired
-        assert fired is not None  # called once the detector fired
-        trace = detector.trace
-        start = len(trace) - len(fired.probabilities)
-        while start > 0 and trace[start - 1][1] >= ONSET_PROBABILITY:
-            start -= 1
-        onset_s = min(fired.speech_start_s, trace[start][0] - o.chunk_s)
-        parts = self.parts
-        parts.onset_s = onset_s
-        from_s = onset_s - o.pre_roll_ms / 1000
+        return OnsetFit(lambda: self.parts.guard.echo_free_onset(onset_s))
+
+    def _hear_out(self, turn: Turn, detector: BargeInDetector, blocks: Iterator[Block],
+                  recent: collections.deque[Block], fit: OnsetFit) -> bool:  # fmt: skip
+        """With the reply paused by a barge-in: listen on until the speech is too long for a
+        backchannel or has ended, and read its words (vocal.duplex.backchannel). True if it
+        was a backchannel and the reply has resumed (the detector watches again)."""
+        from vocal.duplex.backchannel import (
+            BackchannelJudge,
+            BackchannelOptions,
+            Verdict,
+            is_backchannel,
+            reply_left_s,
+        )
+
+        parts, options = self.parts, BackchannelOptions()
+        speech, player, fired = parts.speech, parts.player, detector.fired
+        assert speech is not None and player is not None and fired is not None
+        assert parts.onset_s is not None
+        left_s = reply_left_s(speech.result.sentences, player.played_frames, player.sample_rate,
+                              all_synthesized=speech.all_synthesized)  # fmt: skip
+        if left_s is not None and left_s < options.answer_within_ms / 1000:
+            return False  # the reply's closing question is being answered
+        # The detector's Silero follows on: it is recurrent and has heard the stream so far.
+        judge = BackchannelJudge(detector.speech_probability, parts.onset_s, options)
+        delay_s = detector.delay_frames / detector.options.sample_rate
+        paused_at_s = time.monotonic()
+        for block in blocks:
+            recent.append(block)
+            if turn.stopped.is_set() or parts.skip_requested.is_set():
+                return False
+            if judge.feed(block.samples, block.captured_at_s - delay_s) is not None:
+                break
+            if time.monotonic() - paused_at_s > options.max_pause_ms / 1000:
+                return False
+        if judge.verdict is not Verdict.ENDED:
+            return False
+        text = self._transcribe_short(judge, recent, delay_s, fit)
+        if text is None or not is_backchannel(text, max_words=options.max_words):
+            return False
+        first_audio = speech.result.first_audio_at_s
+        parts.backchannels.append({
+            "text": text.strip(),
+            # From the reply's first sample to the person's onset, as `interrupted_at_s`.
+            "at_s": None if first_audio is None else round(judge.onset_s - first_audio, 3),
+            "speech_s": round(judge.speech_end_s - judge.onset_s, 3),
+            "paused_s": round(time.monotonic() - fired.at_s, 3),
+        })  # fmt: skip
+        parts.onset_s = None
+        parts.clock.pop("barge_in", None)
+        detector.rearm()
+        parts.guard.hold_after_resume()
+        speech.resume()
+        return True
+
+    def _transcribe_short(self, judge: BackchannelJudge, recent: collections.deque[Block],
+                          delay_s: float, fit: OnsetFit) -> str | None:  # fmt: skip
+        """The words of the short utterance the judge followed, from the raw capture minus the
+        reply's echo when the fit is ready and good, else the canceller's output; None when
+        the recognizer is not there to say (then it counts as an interruption)."""
+        import numpy as np
+
+        from vocal.audio.wav import Audio
+
+        loader = self.parts.loader
+        if loader is None or not loader.wait(JUDGE_STT_WAIT_S):
+            return None
+        engine = loader.ready_engine()
+        if engine is None:
+            return None
+        from_s, to_s = judge.onset_s - JUDGED_LEAD_S, judge.speech_end_s + JUDGED_TAIL_S
+        echo_free = fit.result(0.0) if fit.done else None
+        pieces = []
+        for block in recent:
+            end_s = block.captured_at_s - delay_s
+            start_s = end_s - block.samples.shape[0] / 16_000
+            if end_s <= from_s or start_s >= to_s:
+                continue
+            rebuilt = echo_free.samples_for(block) if echo_free and echo_free.usable else None
+            pieces.append(block.samples if rebuilt is None else rebuilt)
+        if not pieces:
+            return ""
+        try:
+            return engine.transcribe(Audio(np.concatenate(pieces), 16_000)).text
+        except Exception:  # the listen turn reports the engine's failure, if it is one
+            return None
+
+    def _kept_blocks(
+        self, detector: BargeInDetector, recent: collections.deque[Block], fit: OnsetFit
+    ) -> list[Block]:
+        """The blocks from `pre_roll_ms` before the person's onset (`BargeInDetector.onset_s`)
+        to the last one read, rebuilt from the raw capture where the echo fit is good."""
+        o, parts = detector.options, self.parts
+        assert parts.onset_s is not None  # set when the detector fired
+        from_s = parts.onset_s - o.pre_roll_ms / 1000
         delay_s = detector.delay_frames / o.sample_rate
         kept = []
         for block in recent:
@@ -380,9 +475,8 @@ class _Run:
         # The raw capture minus the reply's fitted echo keeps the words AEC3's suppressor
         # clips as the reply stops (vocal.duplex.onset); where the fit is not good enough,
         # the canceller's output as before.
-        fit_started = time.monotonic()
-        echo_free = parts.guard.echo_free_onset(onset_s)
-        parts.onset_fit_s = time.monotonic() - fit_started
+        echo_free = fit.result()
+        parts.onset_fit_s = fit.fit_s
         parts.onset_removed_db = echo_free.removed_db if echo_free is not None else None
         if echo_free is None or not echo_free.usable:
             return kept

@@ -62,6 +62,10 @@ class ConverseResult:
     #: microphone minus the reply's fitted echo, vocal.duplex.onset) or "canceller",
     #: "echo_removed_db": what the best fit removed (None: nothing to fit), "fit_s"}.
     interruption_audio: dict[str, Any] | None = None
+    #: Backchannels ("yeah", "mm-hmm") the person said over the reply: each paused it and it
+    #: went on (vocal.duplex.backchannel): {"text", "at_s" (from the reply's first sample),
+    #: "speech_s", "paused_s"}. They are not in `text` and do not make `interrupted`.
+    backchannels: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """What `vocal converse --json` prints."""
@@ -88,6 +92,7 @@ class ConverseResult:
             "counters": self.counters,
             "sentences": self.sentences,
             "interruption_audio": self.interruption_audio,
+            "backchannels": self.backchannels,
             **extra,
         }
 

@@ -59,6 +59,9 @@ class TurnParts:
     echo_free: EchoFreeOnset | None = None
     onset_removed_db: float | None = None
     onset_fit_s: float | None = None
+    #: Backchannels heard over the reply, each of which paused it and let it go on
+    #: (vocal.duplex.backchannel): {"text", "at_s", "speech_s", "paused_s"}.
+    backchannels: list[dict] = field(default_factory=list)
 
 
 def record_history(turn: Turn, parts: TurnParts) -> None:
@@ -179,6 +182,7 @@ def converse_result(
         "fast_runs": detector.fast_runs if detector is not None else 0,
         # Speech runs the double-talk test held back (BargeInOptions.double_talk_db).
         "double_talk_vetoes": detector.double_talk_vetoes if detector is not None else 0,
+        "backchannels": len(parts.backchannels),
     }  # fmt: skip
     text = listened.text if listened is not None else ""
     result = ConverseResult(
@@ -199,6 +203,7 @@ def converse_result(
         listen=listened,
         speech=speech_result,
         sentences=sentences,
+        backchannels=list(parts.backchannels),
         interruption_audio=None
         if fired is None
         else {

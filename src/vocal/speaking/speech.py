@@ -128,6 +128,8 @@ class Speech:
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=LOOKAHEAD_SENTENCES)
         self._stop = threading.Event()
         self._done = threading.Event()
+        #: Every sentence has been synthesized (and queued, or failed its check).
+        self.all_synthesized = False
         self._error: BaseException | None = None
         self._requests: collections.deque[str] = collections.deque()
         self._in_output: collections.deque[_Ready] = collections.deque()
@@ -334,6 +336,7 @@ class Speech:
                         record.frames = samples.shape[0]
                     if not self._put(_Ready(record, samples)):
                         return
+            self.all_synthesized = True
             self._put(_DONE)
             engine.close()  # after the last sentence: hibari builds its caches while audio plays
         except BaseException as exc:  # handed to wait() in the caller's thread

@@ -1,0 +1,190 @@
+"""Backchannels: a listener's "yeah" over the reply pauses it for a moment, then it goes on.
+
+People say "mm-hmm", "yeah", "okay" while they listen; they mean "go on", not "stop" (issue 19).
+Telling "yeah" from "no" takes the words, and the words come later than a barge-in must act, so
+a converse turn pauses the reply when the barge-in detector fires (the person hears it stop as
+soon as before) and a `BackchannelJudge` listens on:
+
+- speech still going `max_speech_ms` after its onset is an interruption: the reply stops and
+  the turn listens, with everything said so far kept;
+- speech that ends sooner is transcribed, and `is_backchannel` reads the words: a stop word
+  ("stop", "wait", "no", ...) or more than `max_words` words that are not acknowledgements
+  stop the reply; acknowledgements, or a word or two Whisper makes of a hum, resume it;
+- near the reply's end (`answer_within_ms` of it left) a short "yeah" is the answer to the
+  question the reply ends with, not a backchannel: the reply stops and the turn listens.
+
+The reply waits paused for a verdict at most `max_pause_ms`; then it is an interruption.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from vocal.duplex.bargein import SpeechProbability
+    from vocal.speaking.results import SentenceRecord
+
+#: Words a listener says to mean "I follow, go on" (Whisper's spellings, lower case).
+ACKNOWLEDGEMENTS = frozenset(
+    "yeah yea yes yep yup ya okay ok k right alright sure cool nice great good fine gotcha "
+    "mm mhm mmhmm hmm hm uh huh um ah oh aha uhhuh indeed exactly true thanks".split()
+)
+#: Phrases of acknowledgement, as words (checked before the single words).
+ACKNOWLEDGEMENT_PHRASES = (
+    ("all", "right"), ("got", "it"), ("i", "see"), ("thank", "you"), ("go", "on"),
+    ("makes", "sense"), ("sounds", "good"), ("of", "course"), ("that", "makes", "sense"),
+)  # fmt: skip
+#: Words that mean the person wants the floor, however short. "top": Whisper's usual hearing
+#: of a "stop" whose "s" the echo canceller's suppressor took (vocal.duplex.onset).
+STOP_WORDS = frozenset(
+    "stop top wait no nope hold hang pause quiet enough cancel but actually sorry excuse "
+    "what why how hey shut".split()
+)
+
+_HUM = re.compile(r"^(m+|h+m+|m+h+m+|u+h+|uh+huh+|mm+hmm+|hmm+)$")
+
+
+class Verdict(Enum):
+    """What the judge heard: speech too long for a backchannel, or speech that ended."""
+
+    LONG = "long"
+    ENDED = "ended"
+
+
+@dataclass(frozen=True)
+class BackchannelOptions:
+    """When speech over a paused reply is a backchannel (see the module docstring)."""
+
+    #: Speech going on this long after its onset is an interruption. An acknowledgement lasts
+    #: 0.3-0.6 s (espeak-ng: "yeah" 0.28 s, "mm hmm" 0.58 s); the detector's onset may be up to
+    #: ~0.2 s early (it counts the rising chunks).
+    max_speech_ms: int = 1000
+    #: Speech has ended after this long below `quiet_probability` (Silero lags the sound's end
+    #: by ~0.1 s).
+    end_silence_ms: int = 300
+    quiet_probability: float = 0.35
+    #: The longest the reply waits paused for a verdict.
+    max_pause_ms: int = 3000
+    #: With less reply than this left to play, what is said is an answer.
+    answer_within_ms: int = 1500
+    #: A short utterance of more words than this that are not acknowledgements is meant.
+    max_words: int = 2
+    sample_rate: int = 16_000
+    chunk_frames: int = 512
+
+    def __post_init__(self) -> None:
+        durations = (self.max_speech_ms, self.end_silence_ms, self.max_pause_ms,
+                     self.answer_within_ms)  # fmt: skip
+        if min(durations) < 0:
+            raise ValueError("durations must not be negative")
+        if not 0.0 < self.quiet_probability < 1.0:
+            raise ValueError("quiet_probability must be between 0 and 1")
+
+
+def words_of(text: str) -> list[str]:
+    """The lower-case words of a transcript, punctuation and hyphens gone ("Mm-hmm." -> mm hmm)."""
+    return re.sub(r"[^a-z' ]+", " ", text.lower().replace("-", " ")).replace("'", "").split()
+
+
+def is_backchannel(text: str, *, max_words: int = BackchannelOptions.max_words) -> bool:
+    """Whether a short utterance's transcript leaves the floor to the reply: no stop word, and
+    either only acknowledgements or at most `max_words` other words (nothing heard, or a hum
+    Whisper spells as a word or two: espeak's "mm hmm" came back "and anthem")."""
+    words = words_of(text)
+    if any(word in STOP_WORDS for word in words):
+        return False
+    rest, i = [], 0
+    while i < len(words):
+        phrase = next((p for p in ACKNOWLEDGEMENT_PHRASES if tuple(words[i : i + len(p)]) == p),
+                      None)  # fmt: skip
+        if phrase is not None:
+            i += len(phrase)
+            continue
+        if words[i] not in ACKNOWLEDGEMENTS and not _HUM.match(words[i]):
+            rest.append(words[i])
+        i += 1
+    return len(rest) <= max_words
+
+
+class BackchannelJudge:
+    """Follows the speech that made a barge-in fire, on the cleaned capture, until it is too
+    long for a backchannel (`Verdict.LONG`) or has ended (`Verdict.ENDED`; `speech_end_s` is
+    where). Times are capture times, as the detector's (`BargeInDetector.delay_frames`
+    already taken off)."""
+
+    def __init__(
+        self,
+        speech_probability: SpeechProbability,
+        onset_s: float,
+        options: BackchannelOptions | None = None,
+    ) -> None:
+        import numpy as np
+
+        self._np = np
+        self.speech_probability = speech_probability
+        self.onset_s = onset_s
+        self.options = options or BackchannelOptions()
+        #: End of the last chunk heard as speech (the onset until one is).
+        self.speech_end_s = onset_s
+        self.verdict: Verdict | None = None
+        self._pending = np.zeros(self.options.chunk_frames, np.float32)
+        self._fill = 0
+
+    def feed(self, samples: np.ndarray, end_s: float) -> Verdict | None:
+        """Take cleaned samples whose last one was captured at `end_s`; the verdict once
+        there is one."""
+        o = self.options
+        n, pos = samples.shape[0], 0
+        while pos < n and self.verdict is None:
+            take = min(o.chunk_frames - self._fill, n - pos)
+            self._pending[self._fill : self._fill + take] = samples[pos : pos + take]
+            self._fill += take
+            pos += take
+            if self._fill == o.chunk_frames:
+                self._fill = 0
+                self._step(self._pending.copy(), end_s - (n - pos) / o.sample_rate)
+        return self.verdict
+
+    def _step(self, chunk: np.ndarray, chunk_end_s: float) -> None:
+        o = self.options
+        if float(self.speech_probability(chunk)) >= o.quiet_probability:
+            self.speech_end_s = chunk_end_s
+            if chunk_end_s - self.onset_s > o.max_speech_ms / 1000:
+                self.verdict = Verdict.LONG
+        elif chunk_end_s - self.speech_end_s >= o.end_silence_ms / 1000:
+            self.verdict = Verdict.ENDED
+
+
+def reply_left_s(records: list[SentenceRecord], played_frames: int, sample_rate: int, *,
+                 all_synthesized: bool) -> float | None:  # fmt: skip
+    """How much of the reply is still to play (s): the sentences queued or playing, past
+    `played_frames` of the output; None while sentences are still being synthesized (more to
+    come, how much unknown)."""
+    if not all_synthesized:
+        return None
+    left = 0
+    for record in records:
+        if record.failed_check is not None or not record.frames:
+            continue
+        if record.start_frame is None:
+            left += record.frames
+        else:
+            left += max(0, record.start_frame + record.frames - played_frames)
+    return left / sample_rate
+
+
+__all__ = [
+    "ACKNOWLEDGEMENTS",
+    "STOP_WORDS",
+    "BackchannelJudge",
+    "BackchannelOptions",
+    "Verdict",
+    "is_backchannel",
+    "reply_left_s",
+    "words_of",
+]
