@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import dataclasses
 import sys
 import threading
 import time
@@ -49,7 +48,6 @@ from vocal.floor.phases import TurnPhase
 if TYPE_CHECKING:
     from vocal.audio.devices import Block, Microphone
     from vocal.config import Settings
-    from vocal.duplex.backchannel import BackchannelJudge
     from vocal.duplex.bargein import BargeInDetector
     from vocal.duplex.onset import OnsetFit
     from vocal.floor.turn import Turn
@@ -64,11 +62,6 @@ REVERB_GAP_MS = 200
 OUTPUT_STALL_S = 2.0
 #: Cleaned blocks kept while the reply plays (32 ms each: 3 s), for a late barge-in's onset.
 KEEP_BLOCKS = 94
-#: Audio kept around a short utterance over the paused reply when it is transcribed to tell a
-#: backchannel (vocal.duplex.backchannel): before its onset, after its end.
-JUDGED_LEAD_S, JUDGED_TAIL_S = 0.1, 0.15
-#: How long a backchannel's transcription waits for the recognizer to finish loading.
-JUDGE_STT_WAIT_S = 2.0
 #: The marker printed for a turn ended by `vocal control stop`.
 STOPPED_MARKER = "[stopped]"
 
@@ -362,6 +355,13 @@ class _Run:
         record_history(turn, parts)
         if detector is not None and detector.fired is not None and fit is not None:
             return self._kept_blocks(detector, recent, fit), None
+        if parts.barge_in and parts.use_aec and not speech.result.stopped:
+            from vocal.duplex.handoff import handover_blocks
+
+            handed_over, echo_free, parts.tail_audio = handover_blocks(echo_guard, recent, ended_s)
+            if handed_over is not None:
+                parts.echo_free = echo_free
+                return handed_over, None
         if parts.barge_in:
             tail_s = (BargeInOptions().tail_inhibit_ms / 1000) if parts.use_aec else 0.0
             return [], ended_s + tail_s
@@ -385,6 +385,7 @@ class _Run:
             is_backchannel,
             reply_left_s,
         )
+        from vocal.duplex.handoff import short_words
 
         parts, options = self.parts, BackchannelOptions()
         speech, player, fired = parts.speech, parts.player, detector.fired
@@ -408,7 +409,7 @@ class _Run:
                 return False
         if judge.verdict is not Verdict.ENDED:
             return False
-        text = self._transcribe_short(judge, recent, delay_s, fit)
+        text = short_words(parts.loader, recent, judge.onset_s, judge.speech_end_s, delay_s, fit)
         if text is None or not is_backchannel(text, max_words=options.max_words):
             return False
         first_audio = speech.result.first_audio_at_s
@@ -426,68 +427,21 @@ class _Run:
         speech.resume()
         return True
 
-    def _transcribe_short(self, judge: BackchannelJudge, recent: collections.deque[Block],
-                          delay_s: float, fit: OnsetFit) -> str | None:  # fmt: skip
-        """The words of the short utterance the judge followed, from the raw capture minus the
-        reply's echo when the fit is ready and good, else the canceller's output; None when
-        the recognizer is not there to say (then it counts as an interruption)."""
-        import numpy as np
-
-        from vocal.audio.wav import Audio
-
-        loader = self.parts.loader
-        if loader is None or not loader.wait(JUDGE_STT_WAIT_S):
-            return None
-        engine = loader.ready_engine()
-        if engine is None:
-            return None
-        from_s, to_s = judge.onset_s - JUDGED_LEAD_S, judge.speech_end_s + JUDGED_TAIL_S
-        echo_free = fit.result(0.0) if fit.done else None
-        pieces = []
-        for block in recent:
-            end_s = block.captured_at_s - delay_s
-            start_s = end_s - block.samples.shape[0] / 16_000
-            if end_s <= from_s or start_s >= to_s:
-                continue
-            rebuilt = echo_free.samples_for(block) if echo_free and echo_free.usable else None
-            pieces.append(block.samples if rebuilt is None else rebuilt)
-        if not pieces:
-            return ""
-        try:
-            return engine.transcribe(Audio(np.concatenate(pieces), 16_000)).text
-        except Exception:  # the listen turn reports the engine's failure, if it is one
-            return None
-
     def _kept_blocks(
         self, detector: BargeInDetector, recent: collections.deque[Block], fit: OnsetFit
     ) -> list[Block]:
-        """The blocks from `pre_roll_ms` before the person's onset (`BargeInDetector.onset_s`)
-        to the last one read, rebuilt from the raw capture where the echo fit is good."""
-        o, parts = detector.options, self.parts
+        """After a barge-in: the blocks from the pre-roll before the person's onset, rebuilt
+        from the raw capture where the echo fit is good (vocal.duplex.handoff)."""
+        from vocal.duplex.handoff import kept_after_barge_in
+
+        parts = self.parts
         assert parts.onset_s is not None  # set when the detector fired
-        from_s = parts.onset_s - o.pre_roll_ms / 1000
-        delay_s = detector.delay_frames / o.sample_rate
-        kept = []
-        for block in recent:
-            end_s = block.captured_at_s - delay_s
-            if end_s - block.samples.shape[0] / o.sample_rate >= from_s - o.chunk_s:
-                kept.append(block)
-        # The raw capture minus the reply's fitted echo keeps the words AEC3's suppressor
-        # clips as the reply stops (vocal.duplex.onset); where the fit is not good enough,
-        # the canceller's output as before.
         echo_free = fit.result()
         parts.onset_fit_s = fit.fit_s
         parts.onset_removed_db = echo_free.removed_db if echo_free is not None else None
-        if echo_free is None or not echo_free.usable:
-            return kept
-        rebuilt = []
-        for block in kept:
-            samples = echo_free.samples_for(block)
-            if samples is None:  # the raw tap no longer holds it: all from the canceller
-                return kept
-            rebuilt.append(dataclasses.replace(block, samples=samples))
-        parts.echo_free = echo_free
-        return rebuilt
+        kept, clean = kept_after_barge_in(detector, parts.onset_s, recent, echo_free)
+        parts.echo_free = echo_free if clean else None
+        return kept
 
 
 __all__ = ["REVERB_GAP_MS", "STOPPED_MARKER", "converse"]

@@ -50,6 +50,12 @@ LAG_RANGE_S = (-0.25, 0.75)
 #: the output can slip early in the reply: the best candidate wins).
 FIT_S = 2.0
 FIT_ENDS_BEFORE_ONSET_S = (0.1, 0.6, 1.1)
+#: (ends this far before the onset, this long), tried in order. The last two, 1 s: early in a
+#: reply, or in a short one, the output's latency can still move (it slipped 60-80 ms within
+#: the first seconds live), and a 2 s stretch then spans two echo paths. A 2 s question's
+#: answer begun at its end: 6-11 dB removed with the 2 s stretches, 37-60 dB with 1 s.
+FIT_CANDIDATES = (*((before, FIT_S) for before in FIT_ENDS_BEFORE_ONSET_S), (0.1, 1.0),
+                  (0.6, 1.0))  # fmt: skip
 #: A fit needs at least this much reply.
 FIT_MIN_S = 1.0
 #: Below this much echo removed by the best fit, the canceller's output is used instead.
@@ -178,9 +184,9 @@ def best_echo_path(reference: np.ndarray, raw: np.ndarray, onset: int, *, earlie
     before raw sample `onset`, none before `earliest`), or None if none could be made."""
     lags = (round(LAG_RANGE_S[0] * rate), round(LAG_RANGE_S[1] * rate))
     best = None
-    for before_s in FIT_ENDS_BEFORE_ONSET_S:
+    for before_s, fit_s in FIT_CANDIDATES:
         end = onset - round(before_s * rate)
-        begin = max(earliest, end - round(FIT_S * rate))
+        begin = max(earliest, end - round(fit_s * rate))
         if end - begin < FIT_MIN_S * rate:
             continue
         path = fit_echo_path(reference, raw, slice(begin, end), lags)
@@ -252,18 +258,23 @@ class EchoFreeOnset:
         """Echo removed on the fit stretch, dB."""
         return round(self.path.removed_db, 1)
 
-    def samples_for(self, block: Block) -> np.ndarray | None:
-        """The echo-free raw samples of a captured block (None if the tap no longer has it)."""
-        # The raw record made in the same callback: the last one stamped at or before it.
-        found = None
+    def raw_for(self, block: Block) -> tuple[int, np.ndarray] | None:
+        """The raw record made in the same callback as a captured block (the last one stamped
+        at or before it): (its first sample's index in the tap, its samples), or None if the
+        tap no longer has it."""
         for stamp, before, samples in reversed(self._taps.raw.snapshot()):
             if stamp <= block.captured_at_s:
-                found = (before, samples)
-                break
-        if found is None or found[1].shape[0] != block.samples.shape[0]:
+                if samples.shape[0] != block.samples.shape[0]:
+                    return None
+                return before - self._base, samples
+        return None
+
+    def samples_for(self, block: Block) -> np.ndarray | None:
+        """The echo-free raw samples of a captured block (None if the tap no longer has it)."""
+        found = self.raw_for(block)
+        if found is None:
             return None
-        before, samples = found
-        start = before - self._base
+        start, samples = found
         return samples - echo_estimate(self._reference, self.path, start, start + samples.shape[0])
 
 

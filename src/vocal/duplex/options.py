@@ -66,6 +66,11 @@ class ConverseResult:
     #: went on (vocal.duplex.backchannel): {"text", "at_s" (from the reply's first sample),
     #: "speech_s", "paused_s"}. They are not in `text` and do not make `interrupted`.
     backchannels: list[dict[str, Any]] = field(default_factory=list)
+    #: When the reply ended by itself with the canceller on: how its last second and the room's
+    #: tail reached the listener: {"source": "raw" (the microphone minus the reply's fitted
+    #: echo, so an answer begun as the reply ended keeps its first words) or "blanked",
+    #: "echo_removed_db", "fit_s"}; None otherwise.
+    tail_audio: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What `vocal converse --json` prints."""
@@ -93,6 +98,7 @@ class ConverseResult:
             "sentences": self.sentences,
             "interruption_audio": self.interruption_audio,
             "backchannels": self.backchannels,
+            "tail_audio": self.tail_audio,
             **extra,
         }
 

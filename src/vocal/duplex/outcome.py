@@ -59,6 +59,9 @@ class TurnParts:
     echo_free: EchoFreeOnset | None = None
     onset_removed_db: float | None = None
     onset_fit_s: float | None = None
+    #: When the reply ended by itself: whether its last second and its room tail were heard
+    #: from the raw microphone minus the fitted echo ("raw") or blanked as before ("blanked").
+    tail_audio: dict | None = None
     #: Backchannels heard over the reply, each of which paused it and let it go on
     #: (vocal.duplex.backchannel): {"text", "at_s", "speech_s", "paused_s"}.
     backchannels: list[dict] = field(default_factory=list)
@@ -204,6 +207,7 @@ def converse_result(
         speech=speech_result,
         sentences=sentences,
         backchannels=list(parts.backchannels),
+        tail_audio=parts.tail_audio,
         interruption_audio=None
         if fired is None
         else {

@@ -1,0 +1,194 @@
+"""What a converse turn hands its listener of the time its reply played.
+
+Three moments, one tool: the raw microphone minus the reply's fitted echo
+(`vocal.duplex.onset.EchoFreeOnset`), which keeps the words AEC3's suppressor clips as the reply
+stops, where the fit removes enough echo:
+
+- after a barge-in (`kept_after_barge_in`): the blocks from the pre-roll before the person's
+  onset on;
+- after the reply ended by itself (`handover_blocks`): its last `HANDOVER_LOOKBACK_S`, so an
+  answer begun as the question ended keeps its first words (the room's tail is otherwise
+  blanked);
+- over a paused reply (`short_words`): the words of a short utterance, to tell a backchannel
+  (vocal.duplex.backchannel).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vocal.audio.devices import Block
+    from vocal.duplex.bargein import BargeInDetector
+    from vocal.duplex.echo_guard import EchoGuard
+    from vocal.duplex.onset import EchoFreeOnset, OnsetFit
+    from vocal.hearing.stt_loading import SttLoader
+
+#: When the reply ends by itself, this much capture before its end is heard again from the raw
+#: microphone minus the fitted echo (an answer begun 0.3-0.6 s before the question's end is
+#: common: issue 19), where the fit removes at least `HANDOVER_MIN_REMOVED_DB`; a fit that
+#: good leaves the reply ~-50 dBFS at the microphone, under what the endpointer hears.
+HANDOVER_LOOKBACK_S = 1.0
+HANDOVER_MIN_REMOVED_DB = 30.0
+#: A block whose echo-free level is within this of the raw microphone's holds more than the
+#: reply's echo, if it is above the floor (dBFS of mean square); kept from this long before it.
+NEAR_END_ECHO_DB = 15.0
+NEAR_END_FLOOR_DBFS = -60.0
+NEAR_END_PRE_ROLL_S = 0.3
+#: Quiet chunks allowed inside speech traced back to its onset (a word's gap, a stop).
+ONSET_GAP_CHUNKS = 3
+#: Audio kept around a short utterance over the paused reply when it is transcribed to tell a
+#: backchannel: before its onset, after its end.
+JUDGED_LEAD_S, JUDGED_TAIL_S = 0.1, 0.15
+#: How long a backchannel's transcription waits for the recognizer to finish loading.
+JUDGE_STT_WAIT_S = 2.0
+
+
+def rebuilt(blocks: Iterable[Block], echo_free: EchoFreeOnset) -> list[Block] | None:
+    """`blocks` with their samples rebuilt from the raw capture minus the fitted echo; None if
+    the raw tap no longer holds one of them (then all should come from the canceller)."""
+    out = []
+    for block in blocks:
+        samples = echo_free.samples_for(block)
+        if samples is None:
+            return None
+        out.append(dataclasses.replace(block, samples=samples))
+    return out
+
+
+def kept_after_barge_in(detector: BargeInDetector, onset_s: float, recent: Iterable[Block],
+                        echo_free: EchoFreeOnset | None) -> tuple[list[Block], bool]:  # fmt: skip
+    """The blocks from `pre_roll_ms` before the person's onset to the last one read, rebuilt
+    where the fit is usable; and whether they were."""
+    o = detector.options
+    from_s = onset_s - o.pre_roll_ms / 1000
+    delay_s = detector.delay_frames / o.sample_rate
+    kept = [block for block in recent
+            if block.captured_at_s - delay_s - block.samples.shape[0] / o.sample_rate
+            >= from_s - o.chunk_s]  # fmt: skip
+    if echo_free is None or not echo_free.usable:
+        return kept, False
+    clean = rebuilt(kept, echo_free)
+    return (kept, False) if clean is None else (clean, True)
+
+
+def trailing_onset_s(detector: BargeInDetector | None, ended_s: float) -> float | None:
+    """Where speech the detector saw in the reply's last `HANDOVER_LOOKBACK_S` began, if any
+    (a chunk at or above its threshold, traced back through the chunks at or above
+    `ONSET_PROBABILITY` before it, gaps of up to `ONSET_GAP_CHUNKS` included): the person
+    began answering before the question ended, and must not be in the echo fit's stretch."""
+    from vocal.duplex.bargein import ONSET_PROBABILITY
+
+    if detector is None:
+        return None
+    trace, threshold = detector.trace, detector.options.threshold
+    last = next((i for i in range(len(trace) - 1, -1, -1)
+                 if trace[i][0] > ended_s - HANDOVER_LOOKBACK_S and trace[i][1] >= threshold),
+                None)  # fmt: skip
+    if last is None or trace[last][0] <= ended_s - HANDOVER_LOOKBACK_S:
+        return None
+    start, gap = last, 0
+    for i in range(last - 1, -1, -1):
+        if trace[i][1] >= ONSET_PROBABILITY:
+            start, gap = i, 0
+        else:
+            gap += 1
+            if gap > ONSET_GAP_CHUNKS:
+                break
+    return trace[start][0] - detector.options.chunk_s
+
+
+def first_near_end_s(blocks: list[Block], echo_free: EchoFreeOnset) -> float | None:
+    """The start of the first block whose echo-free signal keeps more than `NEAR_END_ECHO_DB`
+    below the raw microphone's level, above `NEAR_END_FLOOR_DBFS`: something the reply's echo
+    does not explain (a well fitted echo alone leaves 30 dB and more)."""
+    import numpy as np
+
+    for block in blocks:
+        found, clean = echo_free.raw_for(block), echo_free.samples_for(block)
+        if found is None or clean is None:
+            continue
+        raw_power = float(np.mean(np.square(found[1], dtype=np.float64)))
+        left_power = float(np.mean(np.square(clean, dtype=np.float64)))
+        if left_power < 10 ** (NEAR_END_FLOOR_DBFS / 10):
+            continue
+        if left_power * 10 ** (NEAR_END_ECHO_DB / 10) >= raw_power:
+            return block.captured_at_s - block.samples.shape[0] / 16_000
+    return None
+
+
+def handover_blocks(guard: EchoGuard, recent: Iterable[Block],
+                    ended_s: float) -> tuple[list[Block] | None, EchoFreeOnset | None,
+                                             dict[str, Any]]:  # fmt: skip
+    """The reply ended by itself at `ended_s`: the capture from its end, or from just before
+    someone was heard over its last `HANDOVER_LOOKBACK_S`, rebuilt, with the fit to rebuild
+    what follows, and what `tail_audio` reports; (None, None, report) where the fit removes
+    less than `HANDOVER_MIN_REMOVED_DB` (blank as before). Speech the detector saw begin
+    before the end is kept out of the fit's stretch."""
+    started_s = time.monotonic()
+    detector = guard.detector
+    onset_s = trailing_onset_s(detector, ended_s)
+    echo_free = guard.echo_free_onset(ended_s if onset_s is None else min(onset_s, ended_s))
+    report: dict[str, Any] = {
+        "source": "blanked",
+        "echo_removed_db": echo_free.removed_db if echo_free is not None else None,
+        "fit_s": round(time.monotonic() - started_s, 3),
+        "speech_before_end_s": None if onset_s is None else round(ended_s - onset_s, 3),
+    }
+    if echo_free is None or echo_free.removed_db < HANDOVER_MIN_REMOVED_DB:
+        return None, None, report
+    # Only from where someone other than the reply is heard: the reply's own last words, a
+    # fit's residual 30-40 dB down, were still transcribed once in four echo-only turns.
+    lookback = [b for b in recent if b.captured_at_s > ended_s - HANDOVER_LOOKBACK_S]
+    near_s = first_near_end_s(lookback, echo_free)
+    report["near_end_before_end_s"] = None if near_s is None else round(ended_s - near_s, 3)
+    from_s = ended_s if near_s is None else near_s - NEAR_END_PRE_ROLL_S
+    clean = rebuilt((b for b in recent if b.captured_at_s > from_s), echo_free)
+    if clean is None:
+        return None, None, report
+    report["source"] = "raw"
+    return clean, echo_free, report
+
+
+def short_words(loader: SttLoader | None, recent: Iterable[Block], from_s: float, to_s: float,
+                delay_s: float, fit: OnsetFit) -> str | None:  # fmt: skip
+    """The words captured between `from_s` and `to_s` (capture times of the cleaned stream,
+    `delay_s` late), from the raw capture minus the reply's echo when the fit is ready and
+    usable, else the canceller's output; None when the recognizer cannot say."""
+    import numpy as np
+
+    from vocal.audio.wav import Audio
+
+    if loader is None or not loader.wait(JUDGE_STT_WAIT_S):
+        return None
+    engine = loader.ready_engine()
+    if engine is None:
+        return None
+    from_s, to_s = from_s - JUDGED_LEAD_S, to_s + JUDGED_TAIL_S
+    echo_free = fit.result(0.0) if fit.done else None
+    pieces = []
+    for block in recent:
+        end_s = block.captured_at_s - delay_s
+        if end_s <= from_s or end_s - block.samples.shape[0] / 16_000 >= to_s:
+            continue
+        clean = echo_free.samples_for(block) if echo_free and echo_free.usable else None
+        pieces.append(block.samples if clean is None else clean)
+    if not pieces:
+        return ""
+    try:
+        return engine.transcribe(Audio(np.concatenate(pieces), 16_000)).text
+    except Exception:  # the listen turn reports the engine's failure, if it is one
+        return None
+
+
+__all__ = [
+    "HANDOVER_LOOKBACK_S",
+    "HANDOVER_MIN_REMOVED_DB",
+    "handover_blocks",
+    "kept_after_barge_in",
+    "rebuilt",
+    "short_words",
+]
