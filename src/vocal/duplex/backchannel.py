@@ -7,9 +7,10 @@ soon as before) and a `BackchannelJudge` listens on:
 
 - speech still going `max_speech_ms` after its onset is an interruption: the reply stops and
   the turn listens, with everything said so far kept;
-- speech that ends sooner is transcribed, and `is_backchannel` reads the words: a stop word
-  ("stop", "wait", "no", ...) or more than `max_words` words that are not acknowledgements
-  stop the reply; acknowledgements, or a word or two Whisper makes of a hum, resume it;
+- speech that ends sooner is transcribed, and `is_backchannel` reads the words: only
+  acknowledgements ("yeah", "okay", "mm-hmm", "got it", a hum however Whisper spells it) or
+  nothing at all resume the reply; a stop word ("stop", "wait", "no", ...) or any other word
+  stops it, so a short answer ("ten of clubs") is never taken for a backchannel and lost;
 - near the reply's end (`answer_within_ms` of it left) a short "yeah" is the answer to the
   question the reply ends with, not a backchannel: the reply stops and the turn listens.
 
@@ -72,8 +73,10 @@ class BackchannelOptions:
     max_pause_ms: int = 3000
     #: With less reply than this left to play, what is said is an answer.
     answer_within_ms: int = 1500
-    #: A short utterance of more words than this that are not acknowledgements is meant.
-    max_words: int = 2
+    #: Words that are not acknowledgements a backchannel may hold (0: none). 2 let espeak's
+    #: "mm hmm" through when Whisper heard "and anthem", but swallowed short real answers
+    #: whose first word was clipped ("of clubs" for "ten of clubs", corpus clips over a reply).
+    max_words: int = 0
     sample_rate: int = 16_000
     chunk_frames: int = 512
 
@@ -93,8 +96,8 @@ def words_of(text: str) -> list[str]:
 
 def is_backchannel(text: str, *, max_words: int = BackchannelOptions.max_words) -> bool:
     """Whether a short utterance's transcript leaves the floor to the reply: no stop word, and
-    either only acknowledgements or at most `max_words` other words (nothing heard, or a hum
-    Whisper spells as a word or two: espeak's "mm hmm" came back "and anthem")."""
+    no more than `max_words` words that are not acknowledgements or hums (nothing heard
+    counts as a hum)."""
     words = words_of(text)
     if any(word in STOP_WORDS for word in words):
         return False
