@@ -33,10 +33,11 @@ if TYPE_CHECKING:
 #: good leaves the reply ~-50 dBFS at the microphone, under what the endpointer hears.
 HANDOVER_LOOKBACK_S = 1.0
 HANDOVER_MIN_REMOVED_DB = 30.0
-#: A block whose echo-free level is within this of the raw microphone's holds more than the
-#: reply's echo, if it is above the floor (dBFS of mean square); kept from this long before it.
-NEAR_END_ECHO_DB = 15.0
+#: Blocks (3 in a row) whose echo-free level is within this of the raw microphone's hold more
+#: than the reply's echo, if above the floor (dBFS of mean square); kept from this long before.
+NEAR_END_ECHO_DB = 8.0
 NEAR_END_FLOOR_DBFS = -60.0
+NEAR_END_BLOCKS = 3
 NEAR_END_PRE_ROLL_S = 0.3
 #: Quiet chunks allowed inside speech traced back to its onset (a word's gap, a stop).
 ONSET_GAP_CHUNKS = 3
@@ -102,21 +103,29 @@ def trailing_onset_s(detector: BargeInDetector | None, ended_s: float) -> float 
 
 
 def first_near_end_s(blocks: list[Block], echo_free: EchoFreeOnset) -> float | None:
-    """The start of the first block whose echo-free signal keeps more than `NEAR_END_ECHO_DB`
-    below the raw microphone's level, above `NEAR_END_FLOOR_DBFS`: something the reply's echo
-    does not explain (a well fitted echo alone leaves 30 dB and more)."""
+    """The start of the first of `NEAR_END_BLOCKS` blocks in a row whose echo-free signal keeps
+    more than `NEAR_END_ECHO_DB` below the raw microphone's level, above `NEAR_END_FLOOR_DBFS`:
+    someone as loud as the echo or nearly (a well fitted echo alone leaves 30 dB and more;
+    a person 6 dB under the echo leaves ~7 dB)."""
     import numpy as np
 
+    run_start_s, run = None, 0
     for block in blocks:
         found, clean = echo_free.raw_for(block), echo_free.samples_for(block)
-        if found is None or clean is None:
+        near = False
+        if found is not None and clean is not None:
+            raw_power = float(np.mean(np.square(found[1], dtype=np.float64)))
+            left_power = float(np.mean(np.square(clean, dtype=np.float64)))
+            near = (left_power >= 10 ** (NEAR_END_FLOOR_DBFS / 10)
+                    and left_power * 10 ** (NEAR_END_ECHO_DB / 10) >= raw_power)  # fmt: skip
+        if not near:
+            run_start_s, run = None, 0
             continue
-        raw_power = float(np.mean(np.square(found[1], dtype=np.float64)))
-        left_power = float(np.mean(np.square(clean, dtype=np.float64)))
-        if left_power < 10 ** (NEAR_END_FLOOR_DBFS / 10):
-            continue
-        if left_power * 10 ** (NEAR_END_ECHO_DB / 10) >= raw_power:
-            return block.captured_at_s - block.samples.shape[0] / 16_000
+        if run_start_s is None:
+            run_start_s = block.captured_at_s - block.samples.shape[0] / 16_000
+        run += 1
+        if run >= NEAR_END_BLOCKS:
+            return run_start_s
     return None
 
 
@@ -141,7 +150,8 @@ def handover_blocks(guard: EchoGuard, recent: Iterable[Block],
     if echo_free is None or echo_free.removed_db < HANDOVER_MIN_REMOVED_DB:
         return None, None, report
     # Only from where someone other than the reply is heard: the reply's own last words, a
-    # fit's residual 30-40 dB down, were still transcribed once in four echo-only turns.
+    # fit's residual 30-40 dB down, were still transcribed once in four echo-only turns, and
+    # with a 15 dB, one-block test twice in 20 turns ("least notes" for "release notes").
     lookback = [b for b in recent if b.captured_at_s > ended_s - HANDOVER_LOOKBACK_S]
     near_s = first_near_end_s(lookback, echo_free)
     report["near_end_before_end_s"] = None if near_s is None else round(ended_s - near_s, 3)
