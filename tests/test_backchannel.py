@@ -138,3 +138,13 @@ def test_the_detector_watches_again_after_a_rearm_and_finds_each_onset() -> None
     assert pauses == [1, 1]
     assert detector.fired is not None
     assert detector.onset_s() == pytest.approx(17 * CHUNK_S)
+
+
+def test_the_length_counts_from_the_deciding_run_not_from_an_early_traced_onset() -> None:
+    # The onset traced back 0.6 s (residual echo before the word), the word itself 0.5 s:
+    # counted from the onset it would be "long"; from the run, it ends and is judged.
+    judge = BackchannelJudge(probability_of("s" * 35), 10.0, BackchannelOptions(),
+                             counted_from_s=10.6)  # fmt: skip
+    verdicts = {judge.feed(np.zeros(CHUNK, np.float32), 10.0 + (i + 1) * CHUNK_S)
+                for i in range(60)}  # fmt: skip
+    assert judge.verdict is Verdict.ENDED, verdicts

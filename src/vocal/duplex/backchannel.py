@@ -116,21 +116,27 @@ def is_backchannel(text: str, *, max_words: int = BackchannelOptions.max_words) 
 
 class BackchannelJudge:
     """Follows the speech that made a barge-in fire, on the cleaned capture, until it is too
-    long for a backchannel (`Verdict.LONG`) or has ended (`Verdict.ENDED`; `speech_end_s` is
-    where). Times are capture times, as the detector's (`BargeInDetector.delay_frames`
-    already taken off)."""
+    long for a backchannel (`Verdict.LONG`, `max_speech_ms` after `counted_from_s`) or has
+    ended (`Verdict.ENDED`; `speech_end_s` is where). Times are capture times, as the
+    detector's (`BargeInDetector.delay_frames` already taken off)."""
 
     def __init__(
         self,
         speech_probability: SpeechProbability,
         onset_s: float,
         options: BackchannelOptions | None = None,
+        *,
+        counted_from_s: float | None = None,
     ) -> None:
         import numpy as np
 
         self._np = np
         self.speech_probability = speech_probability
         self.onset_s = onset_s
+        #: Where the speech's length is counted from (default: the onset). The detector's onset
+        #: is traced back through every likely chunk before the deciding run, and residual echo
+        #: there made a 0.3 s "uh huh" count as more than a second (2 runs in 20).
+        self.counted_from_s = onset_s if counted_from_s is None else counted_from_s
         self.options = options or BackchannelOptions()
         #: End of the last chunk heard as speech (the onset until one is).
         self.speech_end_s = onset_s
@@ -157,7 +163,7 @@ class BackchannelJudge:
         o = self.options
         if float(self.speech_probability(chunk)) >= o.quiet_probability:
             self.speech_end_s = chunk_end_s
-            if chunk_end_s - self.onset_s > o.max_speech_ms / 1000:
+            if chunk_end_s - self.counted_from_s > o.max_speech_ms / 1000:
                 self.verdict = Verdict.LONG
         elif chunk_end_s - self.speech_end_s >= o.end_silence_ms / 1000:
             self.verdict = Verdict.ENDED

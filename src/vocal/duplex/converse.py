@@ -62,6 +62,9 @@ REVERB_GAP_MS = 200
 OUTPUT_STALL_S = 2.0
 #: Cleaned blocks kept while the reply plays (32 ms each: 3 s), for a late barge-in's onset.
 KEEP_BLOCKS = 94
+#: A backchannel's length counts from this long before the deciding run's first chunk (Silero
+#: is sure of a word 1-2 chunks after it starts).
+JUDGE_ONSET_LEAD_S = 0.1
 #: The marker printed for a turn ended by `vocal control stop`.
 STOPPED_MARKER = "[stopped]"
 
@@ -396,7 +399,9 @@ class _Run:
         if left_s is not None and left_s < options.answer_within_ms / 1000:
             return False  # the reply's closing question is being answered
         # The detector's Silero follows on: it is recurrent and has heard the stream so far.
-        judge = BackchannelJudge(detector.speech_probability, parts.onset_s, options)
+        judge = BackchannelJudge(detector.speech_probability, parts.onset_s, options,
+                                 counted_from_s=max(parts.onset_s, fired.speech_start_s
+                                                    - JUDGE_ONSET_LEAD_S))  # fmt: skip
         delay_s = detector.delay_frames / detector.options.sample_rate
         paused_at_s = time.monotonic()
         for block in blocks:

@@ -1,0 +1,78 @@
+"""What a converse turn hands its listener when the reply ends by itself (vocal.duplex.handoff,
+issue 19's hand-over): where someone is first heard over the reply's last second, and where
+speech the detector saw before the end began. The fit itself is tested on real speech in
+tests/test_onset.py, the whole hand-over on real streams in tests/test_converse.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vocal.audio.devices import Block
+from vocal.duplex.bargein import BargeInDetector, BargeInOptions
+from vocal.duplex.handoff import first_near_end_s, trailing_onset_s
+
+BLOCK = 512
+BLOCK_S = BLOCK / 16_000
+
+
+class Rebuilt:
+    """An `EchoFreeOnset` stand-in: each block's raw samples are known, and the echo-free
+    signal keeps `left[i]` of block i's amplitude."""
+
+    def __init__(self, blocks: list[Block], left: list[float]) -> None:
+        self.raw = {b.captured_at_s: b.samples for b in blocks}
+        self.left = {b.captured_at_s: share for b, share in zip(blocks, left, strict=True)}
+
+    def raw_for(self, block: Block):
+        return 0, self.raw[block.captured_at_s]
+
+    def samples_for(self, block: Block):
+        return self.raw[block.captured_at_s] * self.left[block.captured_at_s]
+
+
+def blocks_of(levels: list[float]) -> list[Block]:
+    rng = np.random.default_rng(1)
+    return [Block((rng.standard_normal(BLOCK) * level).astype(np.float32), (i + 1) * BLOCK_S)
+            for i, level in enumerate(levels)]  # fmt: skip
+
+
+def test_someone_is_heard_from_the_first_of_three_blocks_the_echo_does_not_explain() -> None:
+    blocks = blocks_of([0.05] * 10)
+    # Echo alone leaves 1 % (-40 dB); one stray block at -3 dB; then a person from block 6.
+    left = [0.01] * 3 + [0.7] + [0.01] * 2 + [0.7] * 4
+    assert first_near_end_s(blocks, Rebuilt(blocks, left)) == pytest.approx(6 * BLOCK_S)
+
+
+def test_a_fitted_echo_alone_is_nobody() -> None:
+    blocks = blocks_of([0.05] * 10)
+    # 0.2 is -14 dB: more than the 8 dB a person leaves.
+    assert first_near_end_s(blocks, Rebuilt(blocks, [0.2] * 10)) is None
+
+
+def test_sound_below_the_floor_is_nobody() -> None:
+    blocks = blocks_of([1e-4] * 10)  # -80 dBFS: whatever share is left, it is not a person
+    assert first_near_end_s(blocks, Rebuilt(blocks, [1.0] * 10)) is None
+
+
+def detector_fed(pattern: str) -> BargeInDetector:
+    """A detector fed one chunk per character ('s' speech, '.' quiet), never firing (the
+    double-talk test holds every run back), as during a reply that ends with someone talking."""
+    detector = BargeInDetector(lambda c: 0.9 if float(np.max(c)) > 0.1 else 0.05, lambda: None,
+                               BargeInOptions(consecutive_chunks=50))  # fmt: skip
+    for i, c in enumerate(pattern):
+        level = 0.5 if c == "s" else 0.0
+        detector.feed(np.full(BLOCK, level, np.float32), captured_at_s=(i + 1) * BLOCK_S)
+    return detector
+
+
+def test_speech_before_the_end_is_traced_back_through_short_gaps() -> None:
+    detector = detector_fed("." * 40 + "sss..ssss")
+    ended_s = 49 * BLOCK_S
+    assert trailing_onset_s(detector, ended_s) == pytest.approx(40 * BLOCK_S)
+
+
+def test_speech_long_before_the_end_is_not_an_answer() -> None:
+    detector = detector_fed("." * 10 + "ssss" + "." * 40)
+    assert trailing_onset_s(detector, 54 * BLOCK_S) is None
+    assert trailing_onset_s(None, 1.0) is None
