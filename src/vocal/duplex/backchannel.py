@@ -11,8 +11,8 @@ soon as before) and a `BackchannelJudge` listens on:
   acknowledgements ("yeah", "okay", "mm-hmm", "got it", a hum however Whisper spells it) or
   nothing at all resume the reply; a stop word ("stop", "wait", "no", ...) or any other word
   stops it, so a short answer ("ten of clubs") is never taken for a backchannel and lost;
-- near the reply's end (`answer_within_ms` of it left) a short "yeah" is the answer to the
-  question the reply ends with, not a backchannel: the reply stops and the turn listens.
+- near the end of a reply that ends with a question (`answer_within_ms` of it left) a short
+  "yeah" is the answer, not a backchannel: the reply stops and the turn listens.
 
 The reply waits paused for a verdict at most `max_pause_ms`; then it is an interruption.
 """
@@ -71,7 +71,8 @@ class BackchannelOptions:
     quiet_probability: float = 0.35
     #: The longest the reply waits paused for a verdict.
     max_pause_ms: int = 3000
-    #: With less reply than this left to play, what is said is an answer.
+    #: With less reply than this left to play, and the reply ending with a question, what is
+    #: said is the answer.
     answer_within_ms: int = 1500
     #: Words that are not acknowledgements a backchannel may hold (0: none). 2 let espeak's
     #: "mm hmm" through when Whisper heard "and anthem", but swallowed short real answers

@@ -396,7 +396,8 @@ class _Run:
         assert parts.onset_s is not None
         left_s = reply_left_s(speech.result.sentences, player.played_frames, player.sample_rate,
                               all_synthesized=speech.all_synthesized)  # fmt: skip
-        if left_s is not None and left_s < options.answer_within_ms / 1000:
+        asks = parts.text.rstrip().rstrip("\"')*_ ").endswith("?")
+        if asks and left_s is not None and left_s < options.answer_within_ms / 1000:
             return False  # the reply's closing question is being answered
         # The detector's Silero follows on: it is recurrent and has heard the stream so far.
         judge = BackchannelJudge(detector.speech_probability, parts.onset_s, options,
@@ -414,7 +415,10 @@ class _Run:
                 return False
         if judge.verdict is not Verdict.ENDED:
             return False
-        text = short_words(parts.loader, recent, judge.onset_s, judge.speech_end_s, delay_s, fit)
+        # From just before the deciding run: the traced-back onset can hold the reply's residual
+        # echo ("he's in the dark" for "uh huh" over "in the docs folder").
+        text = short_words(parts.loader, recent, judge.counted_from_s, judge.speech_end_s,
+                           delay_s, fit)  # fmt: skip
         if text is None or not is_backchannel(text, max_words=options.max_words):
             return False
         first_audio = speech.result.first_audio_at_s

@@ -44,8 +44,10 @@ ONSET_GAP_CHUNKS = 3
 #: Audio kept around a short utterance over the paused reply when it is transcribed to tell a
 #: backchannel: before its onset, after its end.
 JUDGED_LEAD_S, JUDGED_TAIL_S = 0.1, 0.15
-#: How long a backchannel's transcription waits for the recognizer to finish loading.
+#: How long a backchannel's transcription waits for the recognizer to finish loading, and
+#: for the echo fit (0.15-0.6 s from the barge-in; the reply is paused meanwhile).
 JUDGE_STT_WAIT_S = 2.0
+JUDGE_FIT_WAIT_S = 0.3
 
 
 def rebuilt(blocks: Iterable[Block], echo_free: EchoFreeOnset) -> list[Block] | None:
@@ -178,7 +180,10 @@ def short_words(loader: SttLoader | None, recent: Iterable[Block], from_s: float
     if engine is None:
         return None
     from_s, to_s = from_s - JUDGED_LEAD_S, to_s + JUDGED_TAIL_S
-    echo_free = fit.result(0.0) if fit.done else None
+    # The fit (started when the detector fired) is usually done by now; a little wait for it
+    # is worth it: the raw capture minus the echo has no reply in it and keeps the "s" of
+    # "stop" that AEC3's suppressor clips.
+    echo_free = fit.result(JUDGE_FIT_WAIT_S)
     pieces = []
     for block in recent:
         end_s = block.captured_at_s - delay_s
