@@ -185,6 +185,27 @@ def test_a_backchannel_pauses_the_reply_and_it_goes_on(room, tmp_path) -> None:
     assert [s["played"] for s in result["sentences"]] == [True] * len(result["sentences"])
 
 
+def test_a_real_interruption_after_a_backchannel_still_stops_the_reply(
+    room, tmp_path, near_wav
+) -> None:
+    """ "okay" 3 s in, then "please stop and open the settings file" 6 s in: the first pauses
+    the reply and lets it go on, the second stops it and is transcribed (barge-in waits only
+    1 s after such a resume, `BackchannelOptions.resume_hold_ms`)."""
+    okay = tmp_path / "okay.wav"
+    write_wav(okay, espeak("okay"))
+    for _ in range(3):  # until the detector hears the "okay" (see short_word_over_reply)
+        room.say(okay, delay_s=3.0, after="far")
+        room.say(near_wav, delay_s=6.0, after="far")
+        code, result, err = converse(LONG_REPLY)
+        if result.get("backchannels"):
+            break
+    assert result.get("backchannels"), result
+    assert code == 0 and result["interrupted"] is True, (err, result)
+    assert words_in(result["text"], (*NEAR_WORDS, "file")), result["text"]
+    assert "ok" not in result["text"].lower().split()[:1], result["text"]
+    assert result["heard_reply"] != result["reply"].strip()
+
+
 def test_a_short_stop_word_stops_the_reply(room, tmp_path) -> None:
     code, result, err = short_word_over_reply(room, tmp_path, "wait")
     assert code == 0 and result["interrupted"] is True, (err, result)

@@ -74,6 +74,9 @@ class BackchannelOptions:
     #: With less reply than this left to play, and the reply ending with a question, what is
     #: said is the answer.
     answer_within_ms: int = 1500
+    #: After the reply resumes, barge-in waits this long while the canceller finds the echo
+    #: path again (the control socket's resume waits 2.5 s after pauses of seconds).
+    resume_hold_ms: int = 1000
     #: Words that are not acknowledgements a backchannel may hold (0: none). 2 let espeak's
     #: "mm hmm" through when Whisper heard "and anthem", but swallowed short real answers
     #: whose first word was clipped ("of clubs" for "ten of clubs", corpus clips over a reply).
@@ -83,7 +86,7 @@ class BackchannelOptions:
 
     def __post_init__(self) -> None:
         durations = (self.max_speech_ms, self.end_silence_ms, self.max_pause_ms,
-                     self.answer_within_ms)  # fmt: skip
+                     self.answer_within_ms, self.resume_hold_ms)  # fmt: skip
         if min(durations) < 0:
             raise ValueError("durations must not be negative")
         if not 0.0 < self.quiet_probability < 1.0:

@@ -432,7 +432,9 @@ class _Run:
         parts.onset_s = None
         parts.clock.pop("barge_in", None)
         detector.rearm()
-        parts.guard.hold_after_resume()
+        # Not the control socket's 2.5 s hold (`resume_inhibit_ms`, measured after 2 s pauses):
+        # this pause is under a second, and "yeah... no, wait" must still be heard.
+        detector.hold(options.resume_hold_ms / 1000)
         speech.resume()
         return True
 
