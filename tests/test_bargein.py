@@ -246,6 +246,29 @@ def test_a_speech_run_of_echo_alone_does_not_fire_the_double_talk_test() -> None
     assert double_talk_run("." * 20 + "ssssss", levels, double_talk_db=None)[0] == 22
 
 
+def test_a_person_far_above_the_predicted_echo_counts_inside_the_tail_window() -> None:
+    """The tail window blanks the room's tail after a sentence; a person who starts there is
+    10-16 dB above the echo the played level predicts (live, an "okay" 7 s into a reply), the
+    tail's residual echo no more than 2.7 dB: such chunks count (`tail_override_db`)."""
+
+    def run(levels: list, **options) -> int | None:
+        clock = Clock(0.0)
+        activity = RenderActivity()
+        activity.update(np.full(256, 0.3, np.float32), -1.0)
+        opts = BargeInOptions(consecutive_chunks=3, fast_chunks=None, convergence_inhibit_ms=0,
+                              tail_inhibit_ms=1000, **options)  # fmt: skip
+        detector = BargeInDetector(loud, lambda: None, opts, activity=activity, clock=clock,
+                                   echo_levels=levels_by_chunk(levels))  # fmt: skip
+        assert feed_all(detector, "." * 20, clock) is None  # the echo path's gain, learnt
+        activity.update(np.zeros(256, np.float32), 20 * CHUNK_S)  # the sentence ends
+        return feed_all(detector, "sssss", clock, start_s=20 * CHUNK_S)
+
+    echo = [ECHO] * 20
+    assert run(echo + [(-16.0, -20.0)] * 5) == 2  # 12 dB over: counted, fires at the 3rd
+    assert run(echo + [(-26.0, -20.0)] * 5) is None  # 2 dB over: the tail, blanked
+    assert run(echo + [(-16.0, -20.0)] * 5, tail_override_db=None) is None  # the option off
+
+
 def test_a_held_back_run_fires_when_the_person_rises_above_the_echo() -> None:
     """A run the test held back at its third chunk keeps counting; the first chunk that rises
     above the echo fires it, and the barge-in starts at the run's first chunk (the onset)."""

@@ -121,6 +121,11 @@ class BargeInOptions:
     #: 1.6 s after a 2 s pause's resume (tests/test_converse.py, 1 run in 4 and 1 in 8).
     resume_inhibit_ms: int = 2500
     tail_inhibit_ms: int = 300
+    #: A speech chunk inside the tail window (and no other) counts all the same when its raw
+    #: level is at least this many dB above the echo the played level predicts (None: never).
+    #: An "okay" 7 s into a reply fell into a sentence's tail with 10-16 dB above the
+    #: prediction for 0.25 s and was never heard; residual echo came at most 2.7 dB above it.
+    tail_override_db: float | None = 6.0
     glitch_inhibit_ms: int = 1500
     #: Audio kept from before the first chunk of the deciding run. Silero is sure of the person
     #: 0.17-0.37 s after their first sound in double talk (up to 0.7 s on a loaded machine),
@@ -256,6 +261,8 @@ class BargeInDetector:
         self._run: list[float] = []
         #: Chunks the current run needs (fixed at its first chunk; see `fast_chunks`).
         self._run_needs = o.consecutive_chunks
+        #: Speech chunks in a tail window counted for being far above the echo predicted.
+        self.tail_overrides = 0
         #: Runs that were judged with the canceller healthy (`fast_chunks`).
         self.fast_runs = 0
         self._pending = np.zeros(o.chunk_frames, np.float32)
@@ -288,16 +295,23 @@ class BargeInDetector:
 
     def inhibited(self, at_s: float) -> bool:
         """True if a chunk captured at `at_s` must not count towards a barge-in."""
+        return self.window(at_s) is not None
+
+    def window(self, at_s: float) -> str | None:
+        """The inhibit window a chunk captured at `at_s` falls in: "glitch" (or a resume's
+        hold), "convergence", "tail", or None."""
         if at_s < self._glitch_until_s:
-            return True
+            return "glitch"
         activity = self.activity
         if activity is None or activity.first_loud_s is None:
-            return False
+            return None
         o = self.options
         if activity.first_loud_s <= at_s < activity.first_loud_s + o.convergence_inhibit_ms / 1000:
-            return True
+            return "convergence"
         quiet_since = activity.quiet_since_s
-        return quiet_since is not None and at_s < quiet_since + o.tail_inhibit_ms / 1000
+        if quiet_since is not None and at_s < quiet_since + o.tail_inhibit_ms / 1000:
+            return "tail"
+        return None
 
     def feed(self, samples: np.ndarray, captured_at_s: float | None = None) -> BargeIn | None:
         """Take cleaned samples (any length) whose last one was captured at `captured_at_s`
@@ -342,8 +356,18 @@ class BargeInDetector:
         self._recent.append(chunk)
         self.chunks += 1
         start_s = end_s - o.chunk_s
-        inhibited = self.inhibited(start_s) or self.inhibited(end_s)
-        excess = self.excess_db(echo_only=inhibited or probability < o.threshold)
+        windows = {self.window(start_s), self.window(end_s)} - {None}
+        inhibited = bool(windows)
+        excess = None
+        if windows == {"tail"} and o.tail_override_db is not None and probability >= o.threshold:
+            # Far louder at the raw microphone than the echo the played level predicts: a
+            # person, not the room's tail (see `tail_override_db`).
+            excess = self.excess_db(echo_only=False)
+            inhibited = excess is None or excess < o.tail_override_db
+            if not inhibited:
+                self.tail_overrides += 1
+        if excess is None or inhibited:
+            excess = self.excess_db(echo_only=inhibited or probability < o.threshold)
         self.trace.append((end_s, probability, inhibited, self._attenuation_db, excess))
         if inhibited:
             self.inhibited_chunks += 1

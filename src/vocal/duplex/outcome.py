@@ -186,6 +186,8 @@ def converse_result(
         # Speech runs the double-talk test held back (BargeInOptions.double_talk_db).
         "double_talk_vetoes": detector.double_talk_vetoes if detector is not None else 0,
         "backchannels": len(parts.backchannels),
+        # Speech chunks counted inside a tail window (BargeInOptions.tail_override_db).
+        "tail_overrides": detector.tail_overrides if detector is not None else 0,
     }  # fmt: skip
     text = listened.text if listened is not None else ""
     result = ConverseResult(
