@@ -135,7 +135,6 @@ class BackchannelJudge:
     ) -> None:
         import numpy as np
 
-        self._np = np
         self.speech_probability = speech_probability
         self.onset_s = onset_s
         #: Where the speech's length is counted from (default: the onset). The detector's onset

@@ -91,7 +91,7 @@ def trailing_onset_s(detector: BargeInDetector | None, ended_s: float) -> float 
     last = next((i for i in range(len(trace) - 1, -1, -1)
                  if trace[i][0] > ended_s - HANDOVER_LOOKBACK_S and trace[i][1] >= threshold),
                 None)  # fmt: skip
-    if last is None or trace[last][0] <= ended_s - HANDOVER_LOOKBACK_S:
+    if last is None:
         return None
     start, gap = last, 0
     for i in range(last - 1, -1, -1):
