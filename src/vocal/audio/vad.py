@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from vocal.audio.chunks import Chunker
 from vocal.errors import EngineError
 
 if TYPE_CHECKING:
@@ -272,8 +273,8 @@ class Endpointer:
         self.end_frame: int | None = None
         self.probabilities: list[float] = []
         self._parts: list[np.ndarray] = []
-        self._fed = 0  # frames fed (whole chunks only; the rest waits in _pending)
-        self._pending = np.zeros(0, np.float32)
+        self._fed = 0  # frames fed (whole chunks only; the rest waits in the chunker)
+        self._chunker = Chunker(chunk_frames, sample_rate)
         self._run_frames = 0  # STARTING: speech so far; STOPPING: silence so far
         self._candidate_frame = 0
         #: Silence that ends the current pause, when the end-of-turn stage set one
@@ -311,16 +312,11 @@ class Endpointer:
         """Run the state machine over `samples`; returns the state after the last whole chunk."""
         if self.done:
             return self.state
-        samples = np.asarray(samples, dtype=np.float32).reshape(-1)
-        if self._pending.shape[0]:
-            samples = np.concatenate([self._pending, samples])
-        n = self.chunk_frames
-        whole = samples.shape[0] - samples.shape[0] % n
-        for start in range(0, whole, n):
-            self._step(samples[start : start + n])
+        # Chunk times are not needed: every duration here is counted in samples fed.
+        for chunk, _ in self._chunker.feed(samples):
+            self._step(chunk)
             if self.done:
-                break
-        self._pending = samples[whole:].copy() if not self.done else np.zeros(0, np.float32)
+                break  # the rest is ignored, as anything fed later
         return self.state
 
     def _step(self, chunk: np.ndarray) -> None:
@@ -328,7 +324,7 @@ class Endpointer:
         prob = float(self.confidence(chunk))
         self.probabilities.append(prob)
         start_frame = self._fed
-        self._parts.append(chunk.copy())
+        self._parts.append(chunk)  # the chunker's copy
         self._fed += chunk.shape[0]
 
         if self.state is VadState.QUIET and prob >= options.start_threshold:

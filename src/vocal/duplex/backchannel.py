@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING
 
+from vocal.audio.chunks import Chunker
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -133,8 +135,6 @@ class BackchannelJudge:
         *,
         counted_from_s: float | None = None,
     ) -> None:
-        import numpy as np
-
         self.speech_probability = speech_probability
         self.onset_s = onset_s
         #: Where the speech's length is counted from (default: the onset). The detector's onset
@@ -145,22 +145,16 @@ class BackchannelJudge:
         #: End of the last chunk heard as speech (the onset until one is).
         self.speech_end_s = onset_s
         self.verdict: Verdict | None = None
-        self._pending = np.zeros(self.options.chunk_frames, np.float32)
-        self._fill = 0
+        self._chunker = Chunker(self.options.chunk_frames, self.options.sample_rate)
 
     def feed(self, samples: np.ndarray, end_s: float) -> Verdict | None:
         """Take cleaned samples whose last one was captured at `end_s`; the verdict once
         there is one."""
-        o = self.options
-        n, pos = samples.shape[0], 0
-        while pos < n and self.verdict is None:
-            take = min(o.chunk_frames - self._fill, n - pos)
-            self._pending[self._fill : self._fill + take] = samples[pos : pos + take]
-            self._fill += take
-            pos += take
-            if self._fill == o.chunk_frames:
-                self._fill = 0
-                self._step(self._pending.copy(), end_s - (n - pos) / o.sample_rate)
+        if self.verdict is None:
+            for chunk, chunk_end_s in self._chunker.feed(samples, end_s):
+                self._step(chunk, chunk_end_s)
+                if self.verdict is not None:
+                    break  # the rest of `samples` is not looked at
         return self.verdict
 
     def _step(self, chunk: np.ndarray, chunk_end_s: float) -> None:

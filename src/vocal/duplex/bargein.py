@@ -39,6 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from vocal.audio.chunks import Chunker
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -265,8 +267,7 @@ class BargeInDetector:
         self.tail_overrides = 0
         #: Runs that were judged with the canceller healthy (`fast_chunks`).
         self.fast_runs = 0
-        self._pending = np.zeros(o.chunk_frames, np.float32)
-        self._pending_fill = 0
+        self._chunker = Chunker(o.chunk_frames, o.sample_rate)
 
     def onset_s(self) -> float:
         """Where the speech that made it fire began (capture time): the first chunk of the run
@@ -286,7 +287,7 @@ class BargeInDetector:
         reply resumed: vocal.duplex.backchannel); the trace and counters go on."""
         self.fired = None
         self._run.clear()
-        self._pending_fill = 0
+        self._chunker.clear()
 
     def hold(self, duration_s: float) -> None:
         """Count no chunk captured in the next `duration_s` (from now): the far end restarts
@@ -318,9 +319,7 @@ class BargeInDetector:
         (default: now); returns the `BargeIn` once it has fired, else None."""
         if self.fired is not None:
             return self.fired
-        np = self._np
         o = self.options
-        samples = np.asarray(samples, np.float32).reshape(-1)
         if self.glitches is not None:
             count = self.glitches()
             if count != self._glitch_count:
@@ -335,19 +334,9 @@ class BargeInDetector:
         end_s = (self._clock() if captured_at_s is None else captured_at_s) - (
             self.delay_frames / o.sample_rate
         )
-        n, pos = samples.shape[0], 0
-        while pos < n:
-            take = min(o.chunk_frames - self._pending_fill, n - pos)
-            self._pending[self._pending_fill : self._pending_fill + take] = samples[
-                pos : pos + take
-            ]
-            self._pending_fill += take
-            pos += take
-            if self._pending_fill == o.chunk_frames:
-                self._pending_fill = 0
-                chunk_end_s = end_s - (n - pos) / o.sample_rate
-                if self._step(self._pending.copy(), chunk_end_s):
-                    return self.fired
+        for chunk, chunk_end_s in self._chunker.feed(samples, end_s):
+            if self._step(chunk, chunk_end_s):
+                return self.fired  # the rest of `samples` is not looked at
         return None
 
     def _step(self, chunk: np.ndarray, end_s: float) -> bool:

@@ -23,7 +23,6 @@ The speech check: each synthesized sentence must have a loud-enough peak and qui
 from __future__ import annotations
 
 import collections
-import contextlib
 import queue
 import sys
 import threading
@@ -35,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 from vocal.config import Settings
 from vocal.errors import EngineError, VocalError
 from vocal.speaking.check import check_speech
-from vocal.speaking.output import FrameTracker, flush_output, tracker_of
+from vocal.speaking.engine import engine_loader, resolve_voice
+from vocal.speaking.output import FrameTracker, flush_output, preload_audio_backend, tracker_of
 from vocal.speaking.results import SentenceRecord, SpeechResult
 from vocal.speaking.text import sentences_of, split_first_clause
 from vocal.speaking.trim import pause_after_s, shape_sentence
@@ -463,50 +463,8 @@ class Speech:
             self._done.set()
 
 
-def resolve_voice(
-    voice: str | None, engine: str | None, settings: Settings
-) -> tuple[str, str | None]:
-    """`vocal.tts.resolve.resolve_voice`, imported when called (a muted turn never loads
-    vocal.tts)."""
-    from vocal.tts.resolve import resolve_voice as resolve
-
-    return resolve(voice, engine, settings)
-
-
-def engine_loader(name: str, voice: str | None, settings: Settings) -> Callable[[], TtsEngine]:
-    """A callable that loads engine `name` for `voice` (run it in the worker thread): the
-    speech worker `vocal.launch` forked when it guessed this engine and voice, else the engine
-    in this process."""
-    from vocal.speaking.remote import adopt
-    from vocal.tts import load_tts
-
-    def load() -> TtsEngine:
-        remote = adopt(name, voice, settings)
-        return remote if remote is not None else load_tts(name, voice, settings=settings)
-
-    return load
-
-
-def preload_audio_backend() -> threading.Thread:
-    """Start importing sounddevice in a thread, now.
-
-    Its import initializes PortAudio (0.06-0.2 s here; begun earlier still by vocal.launch),
-    mostly in C without the GIL and without numpy, so it overlaps the numpy import that
-    everything else waits for: measured 0.27 s for both instead of 0.51 s one after the other.
-    A failure here is left for the output's opening to report.
-    """
-
-    def load() -> None:
-        from vocal.audio.devices import sounddevice
-
-        with contextlib.suppress(VocalError):  # no PortAudio: reported when the output opens
-            sounddevice()
-
-    thread = threading.Thread(target=load, name="portaudio-preload", daemon=True)
-    thread.start()
-    return thread
-
-
+# engine_loader, resolve_voice (vocal.speaking.engine) and preload_audio_backend (.output) are
+# re-exported: the turns import them from here beside Speech.
 __all__ = [
     "LOOKAHEAD_SENTENCES",
     "POLL_S",
