@@ -36,12 +36,13 @@ def test_acknowledgements_and_hums_leave_the_floor_to_the_reply(text: str) -> No
     "text",
     ["Stop.", "Wait...", "No.", "No wait.", "Hold on.", "Top.", "Yeah, but the tests.",
      "Okay stop.", "Actually", "Why?", "open the settings file", "Sorry?", "of clubs",
-     "Ten.", "and anthem."],
+     "Ten.", "and anthem.", "5 5.", "10 of clubs"],
 )  # fmt: skip
 def test_stop_words_and_any_other_word_take_the_floor(text: str) -> None:
     # "of clubs": a short answer ("ten of clubs") whose first word was clipped must not be
     # taken for a backchannel and lost; "and anthem." (Whisper's hearing of espeak-ng's "mm
-    # hmm") stops the reply too: losing an answer is worse than stopping for a hum.
+    # hmm") stops the reply too: losing an answer is worse than stopping for a hum. Whisper
+    # writes numbers as digits: "5 5." ("five five") is two words, not nothing.
     assert not is_backchannel(text)
 
 
@@ -52,6 +53,7 @@ def test_a_few_other_words_may_be_allowed() -> None:
 
 def test_words_of_drops_punctuation_case_and_hyphens() -> None:
     assert words_of("Mm-hmm. OK, don't!") == ["mm", "hmm", "ok", "dont"]
+    assert words_of("5, 5.") == ["5", "5"]
 
 
 def probability_of(pattern: str):

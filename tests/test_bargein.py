@@ -235,15 +235,32 @@ def test_a_speech_run_of_echo_alone_does_not_fire_the_double_talk_test() -> None
     assert fired is None
     assert detector.double_talk_vetoes == 1  # the run, once
     assert [row[4] for row in detector.trace[20:23]] == pytest.approx([0.0, -17.0, -22.0])
-    # The same run with the person in it: their chunks come 6-9 dB over the echo: fires at
+    # The same run with the person in it: their chunks come 3-9 dB over the echo: fires at
     # the usual third chunk.
-    levels = [ECHO] * 20 + [(-22.0, -20.0), (-19.0, -20.0), (-21.0, -20.0)] + [ECHO] * 3
+    levels = [ECHO] * 20 + [(-25.0, -20.0), (-23.0, -20.0), (-21.0, -20.0)] + [ECHO] * 3
     fired, detector = double_talk_run("." * 20 + "ssssss", levels)
-    assert fired == 22 and detector.double_talk_vetoes == 0
+    assert fired == 22 and detector.double_talk_vetoes == 0 and detector.strong_chunks == 0
     # Without the test (double_talk_db=None), the echo-only run fires.
     levels = [ECHO] * 20 + [(-28.0, -20.0)] * 6
     assert double_talk_run("." * 20 + "ssssss", levels)[0] is None
     assert double_talk_run("." * 20 + "ssssss", levels, double_talk_db=None)[0] == 22
+
+
+def test_one_chunk_far_above_the_predicted_echo_decides_alone() -> None:
+    """A speech chunk >= `strong_chunk_db` (6 dB) over the echo the played level predicts is
+    a person, not residual echo (which stays within ~1 dB): it needs no second chunk. Not while
+    nothing plays, where every chunk is "above" the (absent) echo."""
+    levels = [ECHO] * 20 + [(-21.0, -20.0)] + [(-25.0, -20.0)] * 5
+    fired, detector = double_talk_run("." * 20 + "ssssss", levels)
+    assert fired == 20 and detector.strong_chunks == 1
+    # Off: the usual run of three.
+    assert double_talk_run("." * 20 + "ssssss", levels, strong_chunk_db=None)[0] == 22
+    # 5 dB over: not enough alone.
+    levels = [ECHO] * 20 + [(-23.0, -20.0)] + [(-25.0, -20.0)] * 5
+    assert double_talk_run("." * 20 + "ssssss", levels)[0] == 22
+    # Nothing playing (no played level): the run of three.
+    levels = [ECHO] * 20 + [(-21.0, None)] * 6
+    assert double_talk_run("." * 20 + "ssssss", levels)[0] == 22
 
 
 def test_a_person_far_above_the_predicted_echo_counts_inside_the_tail_window() -> None:
@@ -264,7 +281,10 @@ def test_a_person_far_above_the_predicted_echo_counts_inside_the_tail_window() -
         return feed_all(detector, "sssss", clock, start_s=20 * CHUNK_S)
 
     echo = [ECHO] * 20
-    assert run(echo + [(-16.0, -20.0)] * 5) == 2  # 12 dB over: counted, fires at the 3rd
+    # 12 dB over: counted, fires at the 3rd; or at the 1st, which is far enough over to
+    # decide alone (strong_chunk_db).
+    assert run(echo + [(-16.0, -20.0)] * 5, strong_chunk_db=None) == 2
+    assert run(echo + [(-16.0, -20.0)] * 5) == 0
     assert run(echo + [(-26.0, -20.0)] * 5) is None  # 2 dB over: the tail, blanked
     assert run(echo + [(-16.0, -20.0)] * 5, tail_override_db=None) is None  # the option off
 
@@ -283,7 +303,7 @@ def test_the_double_talk_test_follows_the_echo_paths_gain() -> None:
     """The gain is learnt, not fixed: a quieter echo path (-30 dB) makes a person 6 dB over
     it stand out, and a louder one (+0 dB) hides a chunk a quieter path would have passed."""
     quiet_path = [(-50.0, -20.0)] * 20 + [(-44.0, -20.0)] * 3
-    assert double_talk_run("." * 20 + "sss", quiet_path)[0] == 22
+    assert double_talk_run("." * 20 + "sss", quiet_path, strong_chunk_db=None)[0] == 22
     loud_path = [(-20.0, -20.0)] * 20 + [(-19.0, -20.0)] * 3
     assert double_talk_run("." * 20 + "sss", loud_path)[0] is None
 

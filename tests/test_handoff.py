@@ -5,6 +5,8 @@ tests/test_onset.py, the whole hand-over on real streams in tests/test_converse.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -30,6 +32,10 @@ class Rebuilt:
     def samples_for(self, block: Block):
         return self.raw[block.captured_at_s] * self.left[block.captured_at_s]
 
+    def near_end_s(self, blocks: list[Block], from_s: float = 0.0) -> float | None:
+        clean = [dataclasses.replace(b, samples=self.samples_for(b)) for b in blocks]
+        return first_near_end_s(blocks, clean, self, from_s)
+
 
 def blocks_of(levels: list[float]) -> list[Block]:
     rng = np.random.default_rng(1)
@@ -41,18 +47,18 @@ def test_someone_is_heard_from_the_first_of_three_blocks_the_echo_does_not_expla
     blocks = blocks_of([0.05] * 10)
     # Echo alone leaves 1 % (-40 dB); one stray block at -3 dB; then a person from block 6.
     left = [0.01] * 3 + [0.7] + [0.01] * 2 + [0.7] * 4
-    assert first_near_end_s(blocks, Rebuilt(blocks, left)) == pytest.approx(6 * BLOCK_S)
+    assert Rebuilt(blocks, left).near_end_s(blocks) == pytest.approx(6 * BLOCK_S)
 
 
 def test_a_fitted_echo_alone_is_nobody() -> None:
     blocks = blocks_of([0.05] * 10)
     # 0.2 is -14 dB: more than the 8 dB a person leaves.
-    assert first_near_end_s(blocks, Rebuilt(blocks, [0.2] * 10)) is None
+    assert Rebuilt(blocks, [0.2] * 10).near_end_s(blocks) is None
 
 
 def test_sound_below_the_floor_is_nobody() -> None:
     blocks = blocks_of([1e-4] * 10)  # -80 dBFS: whatever share is left, it is not a person
-    assert first_near_end_s(blocks, Rebuilt(blocks, [1.0] * 10)) is None
+    assert Rebuilt(blocks, [1.0] * 10).near_end_s(blocks) is None
 
 
 def detector_fed(pattern: str) -> BargeInDetector:
@@ -76,3 +82,19 @@ def test_speech_long_before_the_end_is_not_an_answer() -> None:
     detector = detector_fed("." * 10 + "ssss" + "." * 40)
     assert trailing_onset_s(detector, 54 * BLOCK_S) is None
     assert trailing_onset_s(None, 1.0) is None
+
+
+def test_a_near_end_run_counts_only_where_the_fit_held_on_the_reply_before_it() -> None:
+    """The reply's own last words, where the echo path moved after the fit's stretch, leave a
+    fit's residual within 8 dB of the raw level ("lease notes" for "release notes"): unless
+    the fit removed 20 dB from the reply alone before the run, that is nobody."""
+    blocks = blocks_of([0.05] * 10)
+    # The fit removes only 14 dB from the reply before the run.
+    assert Rebuilt(blocks, [0.2] * 4 + [0.7] * 6).near_end_s(blocks) is None
+    # Too little reply before the run to tell.
+    assert Rebuilt(blocks, [0.01] * 2 + [0.7] * 8).near_end_s(blocks) is None
+    # Searched from a time on: a run that starts earlier is passed over, not a later one.
+    left = [0.01] * 3 + [0.7] * 3 + [0.01] + [0.7] * 3
+    assert Rebuilt(blocks, left).near_end_s(blocks) == pytest.approx(3 * BLOCK_S)
+    later = Rebuilt(blocks, left).near_end_s(blocks, from_s=5 * BLOCK_S)
+    assert later == pytest.approx(7 * BLOCK_S)

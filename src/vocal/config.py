@@ -133,6 +133,9 @@ class Settings:
     # adds nothing there, a person does (vocal.duplex.bargein.BargeInOptions.double_talk_db); empty:
     # off (a person much quieter than the reply's echo is then heard too, and so may be echo).
     barge_in_double_talk_db: float | None = 2.0
+    # barge_in_strong_chunk_db: one speech chunk this many dB above the predicted echo decides
+    # a barge-in alone (BargeInOptions.strong_chunk_db); empty: always a run of chunks.
+    barge_in_strong_chunk_db: float | None = 6.0
     # barge_in_backchannels: a short "yeah" / "mm-hmm" / "okay" over the reply pauses it and
     # lets it go on; a stop word ("stop", "wait", "no") or anything longer stops it
     # (vocal.duplex.backchannel). false: any barge-in stops the reply at once.

@@ -192,11 +192,24 @@ def _whisper_normalizer():
 
 def normalize(text: str) -> list[str]:
     """`text` as words for a word error rate: Whisper's EnglishTextNormalizer ("Mr." ->
-    "mister", "ten" -> "10", no punctuation or case), else lower-case words."""
+    "mister", "ten" -> "10", no punctuation or case; adjacent numbers joined), else
+    lower-case words."""
     normalizer = _whisper_normalizer()
     if normalizer is None:
         return words(text)
-    return normalizer(text).split()
+    return _digits_joined(normalizer(text).split())
+
+
+def _digits_joined(tokens: list[str]) -> list[str]:
+    """Runs of digit-only tokens as one: the normaliser makes "five five" "55" but keeps
+    Whisper's "5 5" as two words, which would count two errors for a right answer."""
+    out: list[str] = []
+    for token in tokens:
+        if token.isdigit() and out and out[-1].isdigit():
+            out[-1] += token
+        else:
+            out.append(token)
+    return out
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:

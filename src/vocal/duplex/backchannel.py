@@ -97,8 +97,9 @@ class BackchannelOptions:
 
 
 def words_of(text: str) -> list[str]:
-    """The lower-case words of a transcript, punctuation and hyphens gone ("Mm-hmm." -> mm hmm)."""
-    return re.sub(r"[^a-z' ]+", " ", text.lower().replace("-", " ")).replace("'", "").split()
+    """The lower-case words of a transcript, punctuation and hyphens gone ("Mm-hmm." -> mm hmm);
+    numbers are words ("5 5." for "five five" once resumed a reply as a backchannel)."""
+    return re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("-", " ")).replace("'", "").split()
 
 
 def is_backchannel(text: str, *, max_words: int = BackchannelOptions.max_words) -> bool:

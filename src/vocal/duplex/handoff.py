@@ -16,6 +16,7 @@ stops, where the fit removes enough echo:
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from vocal.duplex.echo_guard import EchoGuard
     from vocal.duplex.onset import EchoFreeOnset, OnsetFit
     from vocal.hearing.stt_loading import SttLoader
+
+#: The capture's sample rate (the Microphone's, vocal.duplex.onset's).
+SAMPLE_RATE = 16_000
 
 #: When the reply ends by itself, this much capture before its end is heard again from the raw
 #: microphone minus the fitted echo (an answer begun 0.3-0.6 s before the question's end is
@@ -39,6 +43,10 @@ NEAR_END_ECHO_DB = 8.0
 NEAR_END_FLOOR_DBFS = -60.0
 NEAR_END_BLOCKS = 3
 NEAR_END_PRE_ROLL_S = 0.3
+NEAR_END_RATIO = 10 ** (NEAR_END_ECHO_DB / 10)
+#: What the fit must remove from the reply alone before such a run for it to count.
+NEAR_END_FIT_DB = 20.0
+NEAR_END_FIT_RATIO = 10 ** (NEAR_END_FIT_DB / 10)
 #: Quiet chunks allowed inside speech traced back to its onset (a word's gap, a stop).
 ONSET_GAP_CHUNKS = 3
 #: Audio kept around a short utterance over the paused reply when it is transcribed to tell a
@@ -104,30 +112,38 @@ def trailing_onset_s(detector: BargeInDetector | None, ended_s: float) -> float 
     return trace[start][0] - detector.options.chunk_s
 
 
-def first_near_end_s(blocks: list[Block], echo_free: EchoFreeOnset) -> float | None:
-    """The start of the first of `NEAR_END_BLOCKS` blocks in a row whose echo-free signal keeps
-    more than `NEAR_END_ECHO_DB` below the raw microphone's level, above `NEAR_END_FLOOR_DBFS`:
-    someone as loud as the echo or nearly (a well fitted echo alone leaves 30 dB and more;
-    a person 6 dB under the echo leaves ~7 dB)."""
+def first_near_end_s(blocks: list[Block], clean: list[Block], echo_free: EchoFreeOnset,
+                     from_s: float = -math.inf) -> float | None:  # fmt: skip
+    """The start (at or after `from_s`) of the first of `NEAR_END_BLOCKS` blocks in a row whose
+    echo-free signal (`clean`, block for block) keeps more than `NEAR_END_ECHO_DB` below the
+    raw microphone's level, above `NEAR_END_FLOOR_DBFS`: someone as loud as the echo or nearly
+    (a well fitted echo alone leaves 30 dB and more; a person 6 dB under the echo leaves
+    ~7 dB). Only where the fit held on the reply alone before the run: at least
+    `NEAR_END_BLOCKS` blocks above the floor that are not near, losing `NEAR_END_FIT_DB`
+    together; else the run may be the reply's own words, where the echo path moved after the
+    fit's stretch."""
     import numpy as np
 
-    run_start_s, run = None, 0
-    for block in blocks:
-        found, clean = echo_free.raw_for(block), echo_free.samples_for(block)
-        near = False
-        if found is not None and clean is not None:
-            raw_power = float(np.mean(np.square(found[1], dtype=np.float64)))
-            left_power = float(np.mean(np.square(clean, dtype=np.float64)))
-            near = (left_power >= 10 ** (NEAR_END_FLOOR_DBFS / 10)
-                    and left_power * 10 ** (NEAR_END_ECHO_DB / 10) >= raw_power)  # fmt: skip
-        if not near:
-            run_start_s, run = None, 0
+    floor = 10 ** (NEAR_END_FLOOR_DBFS / 10)
+    run: list[Block] = []
+    # The blocks of the reply alone so far, and their summed raw and echo-free power.
+    echo_blocks, echo_raw, echo_left = 0, 0.0, 0.0
+    for block, cleaned in zip(blocks, clean, strict=True):
+        found = echo_free.raw_for(block)
+        raw_power = float(np.mean(np.square(found[1], dtype=np.float64))) if found else 0.0
+        left_power = float(np.mean(np.square(cleaned.samples, dtype=np.float64)))
+        if found is None or left_power < floor or left_power * NEAR_END_RATIO < raw_power:
+            run = []
+            if raw_power >= floor:
+                echo_blocks += 1
+                echo_raw, echo_left = echo_raw + raw_power, echo_left + left_power
             continue
-        if run_start_s is None:
-            run_start_s = block.captured_at_s - block.samples.shape[0] / 16_000
-        run += 1
-        if run >= NEAR_END_BLOCKS:
-            return run_start_s
+        run.append(block)
+        if len(run) == NEAR_END_BLOCKS:
+            start_s = run[0].captured_at_s - run[0].samples.shape[0] / SAMPLE_RATE
+            held = echo_blocks >= NEAR_END_BLOCKS and echo_raw >= echo_left * NEAR_END_FIT_RATIO
+            if start_s >= from_s and held:
+                return start_s
     return None
 
 
@@ -143,6 +159,15 @@ def handover_blocks(guard: EchoGuard, recent: Iterable[Block],
     detector = guard.detector
     onset_s = trailing_onset_s(detector, ended_s)
     echo_free = guard.echo_free_onset(ended_s if onset_s is None else min(onset_s, ended_s))
+    if onset_s is not None and (
+        echo_free is None or echo_free.removed_db < HANDOVER_MIN_REMOVED_DB
+    ):
+        # The reply's residual echo, which Silero can take for speech, can cut the stretch
+        # short of the reply a short question needs (fits of 3-16 dB); a person really
+        # speaking inside the whole reply's stretch fails this fit too.
+        whole = guard.echo_free_onset(ended_s)
+        if whole is not None and (echo_free is None or whole.removed_db > echo_free.removed_db):
+            echo_free = whole
     report: dict[str, Any] = {
         "source": "blanked",
         "echo_removed_db": echo_free.removed_db if echo_free is not None else None,
@@ -151,18 +176,21 @@ def handover_blocks(guard: EchoGuard, recent: Iterable[Block],
     }
     if echo_free is None or echo_free.removed_db < HANDOVER_MIN_REMOVED_DB:
         return None, None, report
-    # Only from where someone other than the reply is heard: the reply's own last words, a
-    # fit's residual 30-40 dB down, were still transcribed once in four echo-only turns, and
-    # with a 15 dB, one-block test twice in 20 turns ("least notes" for "release notes").
-    lookback = [b for b in recent if b.captured_at_s > ended_s - HANDOVER_LOOKBACK_S]
-    near_s = first_near_end_s(lookback, echo_free)
-    report["near_end_before_end_s"] = None if near_s is None else round(ended_s - near_s, 3)
-    from_s = ended_s if near_s is None else near_s - NEAR_END_PRE_ROLL_S
-    clean = rebuilt((b for b in recent if b.captured_at_s > from_s), echo_free)
+    kept = [b for b in recent
+            if b.captured_at_s > ended_s - HANDOVER_LOOKBACK_S - NEAR_END_PRE_ROLL_S]  # fmt: skip
+    clean = rebuilt(kept, echo_free)
     if clean is None:
         return None, None, report
+    # Only from where someone other than the reply is heard: the reply's own last words, a
+    # fit's residual 30-40 dB down, were still transcribed once in four echo-only turns, with
+    # a 15 dB, one-block test twice in 20 turns ("least notes" for "release notes"), and with
+    # the 8 dB, three-block test once in ~150 ("lease notes", after a backchannel's resume,
+    # where the fit failed on the reply's last second) until the fit had to hold before it.
+    near_s = first_near_end_s(kept, clean, echo_free, from_s=ended_s - HANDOVER_LOOKBACK_S)
+    report["near_end_before_end_s"] = None if near_s is None else round(ended_s - near_s, 3)
+    from_s = ended_s if near_s is None else near_s - NEAR_END_PRE_ROLL_S
     report["source"] = "raw"
-    return clean, echo_free, report
+    return [b for b in clean if b.captured_at_s > from_s], echo_free, report
 
 
 def short_words(loader: SttLoader | None, recent: Iterable[Block], from_s: float, to_s: float,
@@ -187,14 +215,14 @@ def short_words(loader: SttLoader | None, recent: Iterable[Block], from_s: float
     pieces = []
     for block in recent:
         end_s = block.captured_at_s - delay_s
-        if end_s <= from_s or end_s - block.samples.shape[0] / 16_000 >= to_s:
+        if end_s <= from_s or end_s - block.samples.shape[0] / SAMPLE_RATE >= to_s:
             continue
         clean = echo_free.samples_for(block) if echo_free and echo_free.usable else None
         pieces.append(block.samples if clean is None else clean)
     if not pieces:
         return ""
     try:
-        return engine.transcribe(Audio(np.concatenate(pieces), 16_000)).text
+        return engine.transcribe(Audio(np.concatenate(pieces), SAMPLE_RATE)).text
     except Exception:  # the listen turn reports the engine's failure, if it is one
         return None
 

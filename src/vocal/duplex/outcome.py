@@ -183,6 +183,8 @@ def converse_result(
         "glitch_inhibits": len(detector.glitch_at_s) if detector is not None else 0,
         # Speech runs judged with the echo well cancelled (BargeInOptions.fast_chunks).
         "fast_runs": detector.fast_runs if detector is not None else 0,
+        # Runs decided by one chunk far above the predicted echo (BargeInOptions.strong_chunk_db).
+        "strong_chunks": detector.strong_chunks if detector is not None else 0,
         # Speech runs the double-talk test held back (BargeInOptions.double_talk_db).
         "double_talk_vetoes": detector.double_talk_vetoes if detector is not None else 0,
         "backchannels": len(parts.backchannels),
