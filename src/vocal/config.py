@@ -117,6 +117,10 @@ class Settings:
     # near-silence right after it loads (its first call is slower); early_transcription_ms: how
     # long a pause lasts before Whisper starts on the utterance so far (vocal.hearing.listening).
     stt_warm_up: bool = True
+    # stt_process: a converse turn loads and runs the recognizer in a child process, so that
+    # loading it (long native stretches holding the GIL) does not starve the reply's audio
+    # callbacks (vocal.hearing.stt_process); false: in the turn's own process, as `listen` does.
+    stt_process: bool = True
     early_transcription_ms: int = 32
     # barge_in_onset_threshold: a lower probability allowed for the first chunk of a barge-in's
     # run (vocal.duplex.bargein.BargeInOptions.onset_threshold); unset: off (measured:

@@ -11,7 +11,8 @@
 - `vocal.duplex.bargein.BargeInDetector`: Silero VAD on the cleaned capture while the reply plays;
   it stops playback within one capture block and keeps the chunks that made it fire;
 - `vocal.hearing.listening.listen`: endpointing and transcription, with the STT engine imported and
-  loaded by `SttLoader` in a background thread while the reply plays.
+  loaded while the reply plays, in a child process (`vocal.hearing.stt_process`: loading it here
+  held the GIL long enough to starve the audio callbacks).
 
 Modes:
 - barge-in (default): the microphone is open for the whole turn. After a barge-in the kept
@@ -181,6 +182,7 @@ class _Run:
             lambda: speech.join(3.0) if speech is not None else None,
             # Never exit while CTranslate2 loads in native code: it aborts the process.
             lambda: loader.wait(10.0) if loader is not None else None,
+            lambda: loader.close() if loader is not None else None,
             lambda: turn_loader.wait(10.0) if turn_loader is not None else None,
         ):
             with contextlib.suppress(Exception):
@@ -197,7 +199,7 @@ class _Run:
         if turn.stopped.is_set():  # `vocal control stop` while waiting for the floor
             return self._result(None, stopped=True)
         # The STT engine loads from now on, while the reply plays.
-        loader = parts.loader = stt_loader(settings)
+        loader = parts.loader = stt_loader(settings, beside_playback=True)
         listening = listen_options(
             settings,
             silence_ms=options.silence_ms,

@@ -13,16 +13,19 @@ from typing import Any
 from vocal.stt import SttEngine, load_stt
 
 
-def stt_loader(settings: Any) -> SttLoader:
-    """Start loading the configured speech recognizer (`SttLoader`) with its settings."""
+def stt_loader(settings: Any, *, beside_playback: bool = False) -> SttLoader:
+    """Start loading the configured speech recognizer (`SttLoader`) with its settings; in a
+    child process (vocal.hearing.stt_process) for a turn that plays audio meanwhile
+    (`beside_playback`), unless the `stt_process` setting is off."""
     from vocal.stt import default_engine_name
 
     name = settings.stt_engine if settings.stt_engine != "auto" else default_engine_name()
     options: dict[str, Any] = {"language": settings.language}
     if name == "faster-whisper":
         options["beam_size"] = settings.stt_beam_size
-    return SttLoader(settings.stt_engine, settings.stt_model, warm_up=settings.stt_warm_up,
-                     **options)  # fmt: skip
+    loader = ProcessSttLoader if beside_playback and settings.stt_process else SttLoader
+    return loader(settings.stt_engine, settings.stt_model, warm_up=settings.stt_warm_up,
+                  **options)  # fmt: skip
 
 
 # -- the engine, loaded in the background --------------------------------------------------------
@@ -86,6 +89,9 @@ class SttLoader:
         if self._error is not None:
             raise self._error
 
+    def close(self) -> None:
+        """End what loading started (nothing in-process; `ProcessSttLoader` ends its child)."""
+
     def engine(self) -> SttEngine:
         self._thread.join()
         if self._error is not None:
@@ -94,4 +100,30 @@ class SttLoader:
         return self._engine
 
 
-__all__ = ["SttLoader", "stt_loader"]
+class ProcessSttLoader(SttLoader):
+    """An `SttLoader` whose engine loads and runs in a child process
+    (vocal.hearing.stt_process: `ProcessStt`); `ready_at_s` is when it has loaded and warmed
+    up. `close()` ends the child."""
+
+    def _run(self) -> None:
+        from vocal.hearing.stt_process import spawn
+
+        try:
+            self._engine = spawn(self.name, self.model, warm_up=self.warm_up,
+                                 options=self.options)  # fmt: skip
+        except BaseException as exc:  # re-raised in the caller's thread by engine()
+            self._error = exc
+        finally:
+            self.ready_at_s = time.monotonic()
+            self.warmed_at_s = self.ready_at_s if self.warm_up and self._error is None else None
+
+    def close(self) -> None:
+        """End the child process (once loading has ended, which `wait` bounds)."""
+        from vocal.hearing.stt_process import CLOSE_WAIT_S, ProcessStt
+
+        self.wait(CLOSE_WAIT_S)
+        if isinstance(self._engine, ProcessStt):
+            self._engine.close()
+
+
+__all__ = ["ProcessSttLoader", "SttLoader", "stt_loader"]
