@@ -122,11 +122,14 @@ def _send(stream: IO[bytes], message: dict[str, Any]) -> None:
     stream.flush()
 
 
-def _failure(exc: Exception) -> dict[str, Any]:
-    """A VocalError as a reply line: its message, hint and whether it was the caller's."""
-    from vocal.errors import UsageError
+def _failure(exc: Exception, doing: str) -> dict[str, Any]:
+    """An error as a reply line: a VocalError's message, hint and whether it was the caller's;
+    anything else as what failed while `doing`."""
+    from vocal.errors import UsageError, VocalError
 
-    return {"error": str(exc.args[0]) if exc.args else str(exc), "hint": getattr(exc, "hint", None),
+    if not isinstance(exc, VocalError):
+        return {"error": f"{doing} failed: {exc}", "hint": None}
+    return {"error": str(exc.args[0]) if exc.args else str(exc), "hint": exc.hint,
             "usage": isinstance(exc, UsageError)}  # fmt: skip
 
 
@@ -143,7 +146,6 @@ def serve(config: dict[str, Any], requests: IO[bytes], replies: IO[bytes]) -> No
     import numpy as np
 
     from vocal.audio.wav import Audio
-    from vocal.errors import VocalError
     from vocal.stt import load_stt
 
     try:
@@ -154,11 +156,8 @@ def serve(config: dict[str, Any], requests: IO[bytes], replies: IO[bytes]) -> No
                 warm_up()
             except Exception:  # a warm-up only: the real call will tell
                 pass
-    except VocalError as exc:
-        _send(replies, _failure(exc))
-        return
     except Exception as exc:
-        _send(replies, {"error": f"cannot load the speech recognizer: {exc}", "hint": None})
+        _send(replies, _failure(exc, "loading the speech recognizer"))
         return
     _send(replies, {"ready": engine.name})
     while True:
@@ -172,11 +171,8 @@ def serve(config: dict[str, Any], requests: IO[bytes], replies: IO[bytes]) -> No
         samples = np.frombuffer(data, dtype=np.float32)
         try:
             transcript = engine.transcribe(Audio(samples, SAMPLE_RATE))
-        except VocalError as exc:
-            _send(replies, _failure(exc))
-            continue
         except Exception as exc:
-            _send(replies, {"error": f"transcription failed: {exc}", "hint": None})
+            _send(replies, _failure(exc, "transcription"))
             continue
         _send(replies, {
             "text": transcript.text, "language": transcript.language,
