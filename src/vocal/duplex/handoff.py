@@ -158,8 +158,9 @@ def handover_blocks(guard: EchoGuard, recent: Iterable[Block],
     started_s = time.monotonic()
     detector = guard.detector
     onset_s = trailing_onset_s(detector, ended_s)
-    echo_free = guard.echo_free_onset(ended_s if onset_s is None else min(onset_s, ended_s))
-    if onset_s is not None and (
+    fitted_to_s = ended_s if onset_s is None else min(onset_s, ended_s)
+    echo_free = guard.echo_free_onset(fitted_to_s)
+    if fitted_to_s < ended_s and (
         echo_free is None or echo_free.removed_db < HANDOVER_MIN_REMOVED_DB
     ):
         # The reply's residual echo, which Silero can take for speech, can cut the stretch
