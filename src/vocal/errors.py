@@ -5,6 +5,8 @@ Exit codes are part of vocal's interface (see docs/design.md): scripts and agent
 
 from __future__ import annotations
 
+from typing import Any
+
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -71,3 +73,17 @@ class Interrupted(VocalError):
     """The user or a signal ended the command."""
 
     exit_code = EXIT_INTERRUPTED
+
+
+# -- across a pipe: vocal's worker processes (speech synthesis, speech recognition) ------------
+def error_reply(exc: VocalError) -> dict[str, Any]:
+    """`exc` as the JSON reply a worker process sends for it (`error_from_reply` reads it)."""
+    return {"message": exc.args[0] if exc.args else str(exc), "hint": exc.hint,
+            "exit_code": exc.exit_code}  # fmt: skip
+
+
+def error_from_reply(reply: dict[str, Any]) -> EngineError:
+    """The error a worker's reply carries (`error_reply`): an EngineError with its exit code."""
+    error = EngineError(str(reply.get("message")), hint=reply.get("hint"))
+    error.exit_code = int(reply.get("exit_code") or error.exit_code)
+    return error

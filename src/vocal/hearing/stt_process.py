@@ -12,10 +12,11 @@ With the load in another process the turn's GIL stays free for its callbacks.
 vocal.hearing.stt_process CONFIG`), which loads and warms up the engine, and hands out a
 `ProcessStt`: an `SttEngine` whose `transcribe` sends the samples down a pipe.
 
-Protocol (pipes, one request at a time): the child's first line is {"ready": name} or
-{"error": message, "hint": ...}; then for each request line {"frames": n} followed by n
-float32 samples at 16 kHz it answers one line, {"text", "language", "duration_s",
-"transcribe_s", "segments"} or {"error", "hint"}. It ends at the end of its input, and ignores
+Protocol (pipes, one request at a time): the child's first line is {"ready": name} or an
+error; then for each request line {"frames": n} followed by n float32 samples at 16 kHz it
+answers one line, {"text", "language", "duration_s", "transcribe_s", "segments"} or an error:
+{"message", "hint", "exit_code"}, as the speech worker sends them (`vocal.errors.error_reply`,
+read back by `error_from_reply`). It ends at the end of its input, and ignores
 SIGINT (Ctrl-C reaches the whole process group; the parent decides).
 """
 
@@ -27,7 +28,7 @@ import sys
 import threading
 from typing import IO, TYPE_CHECKING, Any
 
-from vocal.errors import EngineError
+from vocal.errors import EngineError, error_from_reply
 
 if TYPE_CHECKING:
     from vocal.audio.wav import Audio
@@ -67,8 +68,8 @@ class ProcessStt:
             raise EngineError("the speech recognizer's process ended",
                               hint=f"exit status {self.process.poll()}")  # fmt: skip
         reply = json.loads(line)
-        if "error" in reply:
-            _raise(reply)
+        if "message" in reply:
+            raise error_from_reply(reply)
         return Transcript(**reply)
 
     def close(self) -> None:
@@ -87,7 +88,8 @@ class ProcessStt:
 
 def spawn(name: str, model: str, *, warm_up: bool, options: dict[str, Any]) -> ProcessStt:
     """Start the child for engine `name` with `model` and wait until it has loaded (and warmed
-    up): its `ProcessStt`, or the error it reported (EngineError, UsageError)."""
+    up): its `ProcessStt`, or raises the error it reported (an EngineError with its exit
+    code)."""
     config = {"name": name, "model": model, "warm_up": warm_up, "options": options}
     process = subprocess.Popen(
         [sys.executable, "-m", "vocal.hearing.stt_process", json.dumps(config)],
@@ -96,10 +98,10 @@ def spawn(name: str, model: str, *, warm_up: bool, options: dict[str, Any]) -> P
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
-        reply = json.loads(line) if line else {"error": "the speech recognizer's process ended "
-                                                        "while loading"}  # fmt: skip
-        if "error" in reply:
-            _raise(reply)
+        reply = json.loads(line) if line else {"message": "the speech recognizer's process "
+                                                          "ended while loading"}  # fmt: skip
+        if "message" in reply:
+            raise error_from_reply(reply)
         return ProcessStt(process, reply["ready"])
     except BaseException:
         ProcessStt(process, "").close()
@@ -123,22 +125,13 @@ def _send(stream: IO[bytes], message: dict[str, Any]) -> None:
 
 
 def _failure(exc: Exception, doing: str) -> dict[str, Any]:
-    """An error as a reply line: a VocalError's message, hint and whether it was the caller's;
-    anything else as what failed while `doing`."""
-    from vocal.errors import UsageError, VocalError
+    """An error as a reply line: a VocalError as the speech worker sends one
+    (`vocal.errors.error_reply`), anything else as what failed while `doing`."""
+    from vocal.errors import VocalError, error_reply
 
-    if not isinstance(exc, VocalError):
-        return {"error": f"{doing} failed: {exc}", "hint": None}
-    return {"error": str(exc.args[0]) if exc.args else str(exc), "hint": exc.hint,
-            "usage": isinstance(exc, UsageError)}  # fmt: skip
-
-
-def _raise(reply: dict[str, Any]) -> None:
-    """Raise the error a reply line carries (see `_failure`)."""
-    from vocal.errors import UsageError
-
-    kind = UsageError if reply.get("usage") else EngineError
-    raise kind(reply["error"], hint=reply.get("hint"))
+    if isinstance(exc, VocalError):
+        return error_reply(exc)
+    return {"message": f"{doing} failed: {exc}", "exit_code": EngineError.exit_code}
 
 
 def serve(config: dict[str, Any], requests: IO[bytes], replies: IO[bytes]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vocal.errors import EngineError
+from vocal.errors import error_from_reply
 from vocal.speaking.worker import Worker, claim
 from vocal.tts import TtsEngine, engine_class, load_tts
 
@@ -72,7 +72,7 @@ class RemoteEngine(TtsEngine):
                         self.remote_sentences += 1
                         return np.frombuffer(data, np.float32).copy()
                     if reply is not None and reply.get("exit_code"):
-                        raise _remote_error(reply)
+                        raise error_from_reply(reply)
             except (OSError, EOFError, ValueError):
                 pass
             self._hand_over()  # its load failed, or it died: the rest is synthesized here
@@ -113,12 +113,6 @@ class RemoteEngine(TtsEngine):
             self.voice = self._local.voice
             self.ready_at_s = self.ready_at_s or time.monotonic()
         return self._local
-
-
-def _remote_error(reply: dict[str, Any]) -> EngineError:
-    error = EngineError(str(reply.get("message")), hint=reply.get("hint"))
-    error.exit_code = int(reply.get("exit_code") or error.exit_code)
-    return error
 
 
 __all__ = ["RemoteEngine", "adopt"]

@@ -39,7 +39,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from vocal.errors import EngineError, VocalError
+from vocal.errors import EngineError, VocalError, error_reply
 
 if TYPE_CHECKING:
     import numpy as np
@@ -248,7 +248,7 @@ def _serve(requests: BinaryIO, replies: BinaryIO, engine_name: str | None,
         try:
             samples = _as_float32(engine.synthesize(request["text"], speed=request["speed"]))
         except VocalError as exc:
-            reply({"message": exc.args[0], "hint": exc.hint, "exit_code": exc.exit_code})
+            reply(error_reply(exc))
             continue
         except Exception as exc:  # the in-process engine's thread reports these the same way
             message = f"{engine.name} failed: {type(exc).__name__}: {exc}"
