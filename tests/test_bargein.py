@@ -308,6 +308,35 @@ def test_the_double_talk_test_follows_the_echo_paths_gain() -> None:
     assert double_talk_run("." * 20 + "sss", loud_path)[0] is None
 
 
+def test_a_person_inside_an_inhibit_window_does_not_teach_the_echo_gain() -> None:
+    """Speech-like chunks inside an inhibit window (a glitch here) teach the echo path's gain
+    only while they fit the echo known so far: a person talking through the window at +5 dB
+    must not raise the gain by their own level and then be held back as echo once it ends."""
+
+    def run(person_db: float) -> tuple[int | None, BargeInDetector]:
+        clock = Clock()
+        glitches = [0]
+        opts = BargeInOptions(consecutive_chunks=3, fast_chunks=None, strong_chunk_db=None,
+                              glitch_inhibit_ms=1500)  # fmt: skip
+        person = (ECHO[0] + person_db, ECHO[1])
+        levels = [ECHO] * 20 + [person] * 60
+        detector = BargeInDetector(loud, lambda: None, opts, clock=clock,
+                                   glitches=lambda: glitches[0],
+                                   echo_levels=levels_by_chunk(levels))  # fmt: skip
+        assert feed_all(detector, "." * 20, clock) is None
+        glitches[0] = 1  # an underflow: 1.5 s blind, the person talking all through it
+        return feed_all(detector, "s" * 60, clock, start_s=20 * CHUNK_S), detector
+
+    fired, detector = run(5.0)
+    # Heard at the third chunk after the window (1.5 s of 32 ms chunks), not held back.
+    assert detector.inhibited_chunks >= 46
+    assert fired == detector.inhibited_chunks + 2 and detector.double_talk_vetoes == 0
+    assert detector.trace[-1][4] == pytest.approx(5.0)  # the gain still the echo's
+    # Speech-like chunks that do fit the echo (residual echo) still teach it.
+    fired, detector = run(1.0)
+    assert fired is None and len(detector._echo_gains) == 20 + detector.inhibited_chunks
+
+
 def test_no_run_is_held_back_when_the_echo_cannot_be_predicted() -> None:
     # Nothing played that can echo in these chunks (the far end quiet): no echo to mistake.
     levels = [ECHO] * 20 + [(-30.0, None)] * 3

@@ -100,7 +100,8 @@ class BargeInOptions:
     #: (`BargeInDetector(echo_levels=...)`, `EchoCanceller.echo_levels_db`). The echo path's
     #: gain (raw level minus the loudest played level that can echo in the chunk) is tracked
     #: as the `double_talk_percentile` of the last `double_talk_history` chunks that were
-    #: not speech-like (Silero below `threshold`, or inhibited) with the far end playing. A
+    #: not speech-like (Silero below `threshold`, or inhibited and within `double_talk_db`
+    #: of the gain known so far) with the far end playing. A
     #: person adds energy the played level does not predict; residual echo after AEC3 loses
     #: the echo path (what Silero took for speech in every false barge-in seen on the room
     #: harness: 2 in 20 echo-only long-reply runs) does not: the raw microphone still holds
@@ -366,7 +367,8 @@ class BargeInDetector:
             if not inhibited:
                 self.tail_overrides += 1
         if excess is None or inhibited:
-            excess = self.excess_db(echo_only=inhibited or probability < o.threshold)
+            excess = self.excess_db(echo_only=probability < o.threshold,
+                                    maybe_echo=inhibited)  # fmt: skip
         self.trace.append((end_s, probability, inhibited, self._attenuation_db, excess))
         if inhibited:
             self.inhibited_chunks += 1
@@ -397,10 +399,14 @@ class BargeInDetector:
         self.fired = BargeIn(now, end_s - run_s, pre_roll, list(self._run))
         return True
 
-    def excess_db(self, *, echo_only: bool) -> float | None:
+    def excess_db(self, *, echo_only: bool, maybe_echo: bool = False) -> float | None:
         """How far the current chunk's raw level rises above the echo the played level
         predicts (dB; inf while nothing plays; None: unknown). An `echo_only` chunk (not
-        speech-like) first teaches the echo path's gain (see `BargeInOptions.double_talk_db`)."""
+        speech-like) teaches the echo path's gain (see `BargeInOptions.double_talk_db`); a
+        `maybe_echo` one (speech-like, but inside an inhibit window, where residual echo looks
+        like speech) teaches it only while its level fits the echo known so far: a person
+        talking through a 1.5 s window would otherwise raise the gain by their own level and be
+        held back as echo once the window ends (seen live: +6 dB vetoed at -6 dB)."""
         levels = self._echo_levels
         if levels is None:
             return None
@@ -408,12 +414,20 @@ class BargeInDetector:
         o = self.options
         if render_db is None or render_db < o.double_talk_min_render_db:
             return math.inf
-        if echo_only:
+        gain_db = self._echo_gain_db()
+        excess = None if gain_db is None else raw_db - (render_db + gain_db)
+        fits_echo = excess is None or o.double_talk_db is None or excess < o.double_talk_db
+        if echo_only or (maybe_echo and fits_echo):
             self._echo_gains.append(raw_db - render_db)
-        if len(self._echo_gains) < o.double_talk_min_chunks:
+            gain_db = self._echo_gain_db()
+            excess = None if gain_db is None else raw_db - (render_db + gain_db)
+        return excess
+
+    def _echo_gain_db(self) -> float | None:
+        """The echo path's gain as learnt so far (None: too few echo chunks seen)."""
+        if len(self._echo_gains) < self.options.double_talk_min_chunks:
             return None
-        gain_db = float(self._np.percentile(self._echo_gains, o.double_talk_percentile))
-        return raw_db - (render_db + gain_db)
+        return float(self._np.percentile(self._echo_gains, self.options.double_talk_percentile))
 
     def _strong(self, excess: float | None) -> bool:
         """Whether the current speech chunk decides alone (`strong_chunk_db`); counted."""
