@@ -494,12 +494,14 @@ def play_turn(
     render_log: list | None = None,
     glitch_slack_s: float | None = None,
     raw_when_quiet_s: float | None = aec_module_default("RAW_WHEN_QUIET_S"),
+    stream_delay_ms: int | None = None,
 ) -> TurnRecording:
     """Play `reply` (mono at `sample_rate`) through the current PULSE_SINK with the
     microphone (PULSE_SOURCE: the room's output) open, both wired to a fresh APM as converse
     wires them. With `speech_probability`, a `BargeInDetector` watches the cleaned signal and
     stops the player. Returns when playback has ended (or been stopped) and `after_s` (or
-    `listen_after_barge_in_s` after a barge-in) has passed."""
+    `listen_after_barge_in_s` after a barge-in) has passed. `stream_delay_ms`: the canceller's
+    delay hint, as an echo profile gives it (vocal.duplex.echo_profile)."""
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
     from vocal.duplex import aec as aec_module
@@ -511,6 +513,7 @@ def play_turn(
         options=aec_options or aec_module.AecOptions(),
         glitch_slack_s=glitch_slack_s or aec_module.CALLBACK_GLITCH_S,
         raw_when_quiet_s=raw_when_quiet_s,
+        stream_delay_ms=stream_delay_ms,
     )
     guard = EchoGuard(canceller)  # wired as converse wires it
     raw: list[np.ndarray] = []

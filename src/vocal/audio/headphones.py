@@ -22,14 +22,13 @@ import enum
 import json
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass
 from typing import Any
 
+from vocal.audio.endpoints import pactl
 from vocal.errors import UsageError
 
-_PACTL_TIMEOUT_S = 3.0
 # pactl's port types (pulse/def.h pa_device_port_type_t, as pactl prints them, lower-cased).
 # "handsfree" and "earpiece" stay unknown: a hands-free kit is a loudspeaker, and a phone's
 # earpiece still leaks into its microphone.
@@ -87,17 +86,6 @@ def detect_output() -> OutputDetection:
 
 
 # -- PulseAudio / PipeWire ------------------------------------------------------------------------
-def _pactl(*args: str) -> str | None:
-    env = dict(os.environ, LC_ALL="C")  # pactl's text output is translated otherwise
-    try:
-        done = subprocess.run(
-            ["pactl", *args], capture_output=True, text=True, timeout=_PACTL_TIMEOUT_S, env=env
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return done.stdout if done.returncode == 0 else None
-
-
 def detect_pulseaudio() -> OutputDetection:
     """The sink streams go to ($PULSE_SINK or the default), judged by port and form factor."""
     sink = os.environ.get("PULSE_SINK") or _default_sink()
@@ -105,7 +93,7 @@ def detect_pulseaudio() -> OutputDetection:
         return OutputDetection(OutputKind.UNKNOWN, "pulseaudio", detail="no default sink")
     sinks = _sinks_json()
     if sinks is None:
-        text = _pactl("list", "sinks")
+        text = pactl("list", "sinks")
         if text is None:
             return OutputDetection(OutputKind.UNKNOWN, "pulseaudio", sink, "pactl failed")
         sinks = parse_sinks_text(text)
@@ -116,10 +104,10 @@ def detect_pulseaudio() -> OutputDetection:
 
 
 def _default_sink() -> str | None:
-    name = _pactl("get-default-sink")  # pactl >= 15
+    name = pactl("get-default-sink")  # pactl >= 15
     if name and name.strip():
         return name.strip()
-    info = _pactl("info") or ""
+    info = pactl("info") or ""
     for line in info.splitlines():
         if line.startswith("Default Sink:"):
             return line.split(":", 1)[1].strip() or None
@@ -127,7 +115,7 @@ def _default_sink() -> str | None:
 
 
 def _sinks_json() -> list[dict] | None:
-    raw = _pactl("--format=json", "list", "sinks")  # pactl >= 16
+    raw = pactl("--format=json", "list", "sinks")  # pactl >= 16
     if not raw:
         return None
     try:

@@ -40,7 +40,10 @@ def converse(
         "--no-barge-in opens the microphone when the reply has ended (+200 ms).",
     ),  # fmt: skip
     aec: str | None = typer.Option(
-        None, "--aec", help="Echo cancellation: auto (off for headphones), on, off [auto]."
+        None,
+        "--aec",
+        help="Echo cancellation: auto (off for headphones; half-duplex where `vocal doctor "
+        "--echo` found the echo too strong to cancel), on, off [auto].",
     ),
     silence_ms: int | None = silence_ms_option("the answer"),
     turn_model: bool | None = turn_model_option(),

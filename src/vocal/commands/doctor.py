@@ -24,6 +24,13 @@ def doctor(
         help="How long to record the microphone, in s.",
         callback=finite,
     ),
+    echo: bool = typer.Option(
+        False,
+        "--echo",
+        help="Measure the echo instead: play a 3 s noise probe through the speaker, record "
+        "it, report the echo delay, its level and what the canceller removes, and keep them "
+        "for `converse --aec auto`.",
+    ),
 ) -> None:
     """Check that this machine can hold a spoken turn, and say how to fix what cannot.
 
@@ -37,12 +44,25 @@ def doctor(
     Each check is ok, warn, fail or skip (not checked because an earlier one failed); every
     warn and fail comes with its fix. Takes about a second.
 
+    With --echo, only the echo is checked (about 4 s, audible): the probe's echo delay (ms,
+    output latency + room + input latency), its level at the microphone, the canceller's
+    reduction after its first second (dB) and a verdict: full-duplex (25 dB or more),
+    use-headphones (15-25 dB), half-duplex (under 15 dB). It is kept per speaker and
+    microphone in the state directory: `converse --aec auto` gives the delay to the canceller
+    and runs half-duplex where the verdict says so. --json adds the figures under "data".
+
     Exit codes: 0 when no check fails (warnings allowed), 1 when any check fails.
     """
     from vocal.errors import VocalError
     from vocal.ops.doctor import DoctorOptions, failed, run_checks
 
-    checks = run_checks(DoctorOptions(listen_s=listen_s))
+    if echo:
+        from vocal.config import load_settings
+        from vocal.ops.echo_check import check_echo
+
+        checks = [check_echo(load_settings())]
+    else:
+        checks = run_checks(DoctorOptions(listen_s=listen_s))
     if json_output:
         import json
 

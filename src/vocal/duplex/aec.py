@@ -82,6 +82,11 @@ RENDER_LEVELS_KEPT = 128
 #: `echo_levels_db` takes the loudest played block in this window, so a wider one only makes
 #: the echo predicted louder (a person must stand out more), never missed.
 ECHO_WINDOW_S = (0.04, 0.4)
+#: With the echo's delay known (an echo profile's `stream_delay_ms`), the window is placed
+#: around it: from this much before it (the delay jitters by a block or two between
+#: streams) to this much after (the room's tail), never narrower than `ECHO_WINDOW_S`'s top.
+#: A 600 ms room puts the echo past 0.4 s, where the default window would predict none.
+ECHO_WINDOW_AROUND_DELAY_S = (0.12, 0.27)
 #: A block quieter than this (energy summed over its frames; ~-90 dBFS over 32 ms) has nothing
 #: to attenuate.
 _SILENT_ENERGY = 1e-9 * 512
@@ -141,6 +146,16 @@ def _reset_shared_apm() -> None:
         _apm, _apm_options = None, None
 
 
+def echo_window_s(stream_delay_ms: int | None) -> tuple[float, float]:
+    """Where the echo of a played block can be in the capture (see `ECHO_WINDOW_S`), for an
+    echo delay known in advance (None: unknown)."""
+    if stream_delay_ms is None:
+        return ECHO_WINDOW_S
+    delay_s = stream_delay_ms / 1000
+    before_s, after_s = ECHO_WINDOW_AROUND_DELAY_S
+    return max(0.02, delay_s - before_s), max(ECHO_WINDOW_S[1], delay_s + after_s)
+
+
 class EchoCanceller:
     """The callback-side wiring of the process's APM: `render` for what is played, `capture`
     for what is recorded.
@@ -154,8 +169,10 @@ class EchoCanceller:
         render_sample_rate: the Player's rate.
         capture_sample_rate: the Microphone's rate (16 kHz in vocal).
         options: the APM's configuration (must match the process's APM if one exists).
-        stream_delay_ms: a hint for AEC3 (`set_stream_delay_ms`); AEC3 estimates the delay
-            itself, so None (no hint) is the default.
+        stream_delay_ms: a hint for AEC3 (`set_stream_delay_ms`: the initial alignment of its
+            render buffer; it still estimates the delay itself), from an echo profile
+            (vocal.duplex.echo_profile); None (no hint) is the default. It also places the
+            window `echo_levels_db` predicts the echo from (`echo_window_s`).
         glitch_slack_s: how much later than its block's duration a callback may come before it
             counts as a glitch (`glitches`). A stream with a deep buffer absorbs stalls up to
             that buffer's length: pass about its latency.
@@ -188,12 +205,17 @@ class EchoCanceller:
         self.render_sample_rate = render_sample_rate
         self.capture_sample_rate = capture_sample_rate
         self.stream_delay_ms = stream_delay_ms
+        self.echo_window_s = echo_window_s(stream_delay_ms)
         self.errors = 0
         self.last_error: str | None = None
         self.render_frames = 0  # 10 ms frames given to the reverse stream
         self.activity = RenderActivity()
         #: Callbacks that came late (see CALLBACK_GLITCH_S), output and input.
         self.glitch_slack_s = glitch_slack_s
+        # The echo outlasts the far end by its delay: with a long one known, raw samples wait
+        # until its window has passed too.
+        if raw_when_quiet_s is not None and stream_delay_ms is not None:
+            raw_when_quiet_s = max(raw_when_quiet_s, self.echo_window_s[1])
         self.raw_when_quiet_s = raw_when_quiet_s
         self.raw_frames = 0  # 10 ms frames handed back raw (see raw_when_quiet_s)
         self.render_glitches = 0
@@ -343,7 +365,7 @@ class EchoCanceller:
     def echo_levels_db(self, captured_at_s: float) -> tuple[float, float | None] | None:
         """(raw level of the block a Microphone stamped `captured_at_s`, loudest played level
         whose echo can be in it) in dB of mean square; the played level is None when nothing
-        was played in `ECHO_WINDOW_S` before it (the far end quiet). None if the block is unknown.
+        was played in `echo_window_s` before it (the far end quiet). None if the block is unknown.
 
         Their difference is the echo path's gain while only echo is captured; a person in the
         room adds to the raw level what the played level does not predict. The barge-in
@@ -354,7 +376,7 @@ class EchoCanceller:
         if block is None:
             return None
         _, raw, _, frames = block
-        lo, hi = captured_at_s - ECHO_WINDOW_S[1], captured_at_s - ECHO_WINDOW_S[0]
+        lo, hi = captured_at_s - self.echo_window_s[1], captured_at_s - self.echo_window_s[0]
         loudest = None
         for at_s, level in reversed(self._render_levels.copy()):
             if at_s <= lo:

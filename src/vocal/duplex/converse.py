@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from vocal.audio.devices import Block, Microphone
     from vocal.config import Settings
     from vocal.duplex.bargein import BargeInDetector
+    from vocal.duplex.echo_profile import EchoProfile
     from vocal.duplex.onset import OnsetFit
     from vocal.floor.turn import Turn
     from vocal.hearing.listening import ListenResult
@@ -95,6 +96,7 @@ def converse(
     Nobody speaking is not an error here: `speech_heard` is False (the command exits 4).
     """
     from vocal.audio.headphones import aec_wanted
+    from vocal.duplex.echo_profile import HALF_DUPLEX, profile_for
     from vocal.floor.gates import read_gates
     from vocal.speaking.speech import resolve_voice
     from vocal.tts import engine_class
@@ -108,14 +110,26 @@ def converse(
     use_aec, detection = aec_wanted(aec_mode)
     if not barge_in:
         use_aec = False  # nothing is heard while the reply plays: nothing to cancel
+    profile = None
+    if use_aec:
+        profile = profile_for(settings.home, options.output_device or settings.output_device,
+                              options.input_device or settings.input_device)  # fmt: skip
+    if profile is not None and profile.verdict == HALF_DUPLEX and detection is not None:
+        # --aec auto (the only mode with a detection), and `vocal doctor --echo` found the
+        # echo here too strong to cancel.
+        barge_in = use_aec = False
+        report(f"half-duplex: `vocal doctor --echo` found the echo here cancelled by "
+               f"{profile.reduction_db or 0:.0f} dB only; speak after the reply "
+               "(headphones give barge-in back)")  # fmt: skip
     name, voice = resolve_voice(options.voice or settings.voice, options.engine, settings)
     rate = engine_class(name).sample_rate
     gates = read_gates(settings.home)
     run = _Run(text, options, settings, report, started_at_s, name=name, voice=voice,
                rate=rate, gain=None if gates.silent else gates.gain, barge_in=barge_in,
-               use_aec=use_aec)  # fmt: skip
+               use_aec=use_aec, profile=profile)  # fmt: skip
     result = run.run()
     result.aec_detection = detection.kind.value if detection is not None else None
+    result.echo_profile = profile.to_dict() if profile is not None else None
     return result
 
 
@@ -124,9 +138,13 @@ class _Run:
 
     def __init__(self, text: str, options: ConverseOptions, settings: Settings, report: Report,
                  started_at_s: float, *, name: str, voice: str | None, rate: int,
-                 gain: float | None, barge_in: bool, use_aec: bool) -> None:  # fmt: skip
+                 gain: float | None, barge_in: bool, use_aec: bool,
+                 profile: EchoProfile | None = None) -> None:  # fmt: skip
         self.options, self.settings, self.report = options, settings, report
         self.name, self.rate, self.gain = name, rate, gain
+        #: This device pair's echo as last measured (vocal.duplex.echo_profile): its delay
+        #: starts the canceller closer to the echo.
+        self.profile = profile
         #: What the turn opens and measures; the result is made from it alone.
         self.parts = TurnParts(
             text=text, voice=voice, barge_in=barge_in, use_aec=use_aec,
@@ -247,8 +265,10 @@ class _Run:
         if self.parts.use_aec:
             from vocal.duplex.aec import EchoCanceller
 
+            delay_ms = self.profile.stream_delay_ms if self.profile is not None else None
             guard = self.parts.guard = EchoGuard(EchoCanceller(
-                render_sample_rate=self.rate, log_levels=self.settings.barge_in_trace
+                render_sample_rate=self.rate, stream_delay_ms=delay_ms,
+                log_levels=self.settings.barge_in_trace,
             ))  # fmt: skip
             on_block = guard.capture
         mic = self.parts.mic = Microphone(

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from vocal.duplex.onset import EchoFreeOnset, OnsetTaps
 
 
+#: The barge-in's tail window ends this long before the echo window does (300 ms against
+#: `vocal.duplex.aec.ECHO_WINDOW_S`'s 0.4 s): kept when a long echo delay moves the window.
+TAIL_BEFORE_WINDOW_END_MS = 100
+
+
 class _Underflows(Protocol):
     underflows: int
 
@@ -85,9 +90,19 @@ class EchoGuard:
         mic: _Overflows,
     ) -> BargeInDetector:
         """Start a barge-in detector on the cleaned capture; `on_barge_in` stops the reply."""
-        from vocal.duplex.bargein import BargeInDetector
+        import dataclasses
+
+        from vocal.duplex.bargein import BargeInDetector, BargeInOptions
 
         canceller = self.canceller
+        options = options or BargeInOptions()
+        if canceller is not None and canceller.stream_delay_ms is not None:
+            # A long echo delay known (an echo profile): the room's tail after the far end
+            # stops comes that much later, and the tail window follows it (today's 300 ms
+            # against the default echo window's 0.4 s).
+            tail_ms = round(1000 * canceller.echo_window_s[1]) - TAIL_BEFORE_WINDOW_END_MS
+            if tail_ms > options.tail_inhibit_ms:
+                options = dataclasses.replace(options, tail_inhibit_ms=tail_ms)
         self.detector = BargeInDetector(
             speech_probability, on_barge_in, options,
             activity=canceller.activity if canceller is not None else None,

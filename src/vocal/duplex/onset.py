@@ -212,9 +212,8 @@ class OnsetTaps:
     def render(self, block: np.ndarray) -> None:
         self.played.add(block, time.monotonic())
 
-    def rebuild(self, onset_s: float, reply_started_s: float | None) -> EchoFreeOnset | None:
-        """The raw capture with the reply's fitted echo taken out, fitted on the reply before
-        `onset_s`; None when there was nothing to fit (see `EchoFreeOnset.usable`)."""
+    def aligned(self) -> AlignedStreams | None:
+        """The raw capture kept and the blocks as played on its grid; None before both ran."""
         from vocal.audio.wav import resample
 
         raw_blocks, played_blocks = self.raw.snapshot(), self.played.snapshot()
@@ -230,14 +229,38 @@ class OnsetTaps:
         count = math.ceil(raw.shape[0] * played_rate / rate) + played_rate
         played = _joined(played_blocks, frame, frame + count)
         reference = played if played_rate == rate else resample(played, played_rate, rate)
-        onset = round(_position_at(raw_blocks, onset_s, rate)) - base
-        earliest = 0
-        if reply_started_s is not None:
-            earliest = max(0, round(_position_at(raw_blocks, reply_started_s, rate)) - base)
-        path = best_echo_path(reference, raw, onset, earliest=earliest, rate=rate)
+        return AlignedStreams(raw, reference, base, raw_blocks, rate)
+
+    def rebuild(self, onset_s: float, reply_started_s: float | None) -> EchoFreeOnset | None:
+        """The raw capture with the reply's fitted echo taken out, fitted on the reply before
+        `onset_s`; None when there was nothing to fit (see `EchoFreeOnset.usable`)."""
+        streams = self.aligned()
+        if streams is None:
+            return None
+        onset = streams.index(onset_s)
+        earliest = 0 if reply_started_s is None else max(0, streams.index(reply_started_s))
+        path = best_echo_path(streams.reference, streams.raw, onset, earliest=earliest,
+                              rate=streams.rate)  # fmt: skip
         if path is None:
             return None
-        return EchoFreeOnset(self, base, reference, path)
+        return EchoFreeOnset(self, streams.base, streams.reference, path)
+
+
+@dataclass(frozen=True)
+class AlignedStreams:
+    """The raw capture (`raw`, from raw sample `base` of the stream on) and what was played
+    over it (`reference`, on the same grid: a played sample sits where the capture stood when
+    the output callback handed it over, so an echo comes `delay` samples after it)."""
+
+    raw: np.ndarray
+    reference: np.ndarray
+    base: int
+    raw_blocks: list[tuple[float, int, np.ndarray]]
+    rate: int
+
+    def index(self, at_s: float) -> int:
+        """The index in `raw` of the sample captured at monotonic time `at_s`."""
+        return round(_position_at(self.raw_blocks, at_s, self.rate)) - self.base
 
 
 class EchoFreeOnset:

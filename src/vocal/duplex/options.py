@@ -71,6 +71,9 @@ class ConverseResult:
     #: echo, so an answer begun as the reply ended keeps its first words) or "blanked",
     #: "echo_removed_db", "fit_s"}; None otherwise.
     tail_audio: dict[str, Any] | None = None
+    #: The device pair's echo profile the turn used (`vocal doctor --echo`: its delay went to
+    #: the canceller; a "half-duplex" verdict made `mode` half-duplex); None: none kept.
+    echo_profile: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What `vocal converse --json` prints."""
@@ -89,6 +92,7 @@ class ConverseResult:
             "mode": self.mode,
             "aec": self.aec,
             "aec_detection": self.aec_detection,
+            "echo_profile": self.echo_profile,
             "end_reason": self.listen.end_reason if self.listen else None,
             # The end-of-turn stage's verdict on each pause of the answer (vocal.hearing.endofturn).
             "turn": self.listen.turn if self.listen else None,

@@ -54,7 +54,7 @@ STATE_MARKER_VERSION = 1
 #: the provider ladder's rungs, Piper voices and sound fonts, the marker).
 STATE_ENTRY_NAMES = frozenset(
     {CONFIG_FILE_NAME, "gates.json", "conch", "run", "history", "voices", "cache", "logs",
-     "providers", "piper", "soundfonts", STATE_MARKER_NAME}
+     "providers", "piper", "soundfonts", "echo", STATE_MARKER_NAME}
 )  # fmt: skip
 #: Leftovers of vocal's own writes there: atomic writes' temporary files
 #: (`.config.toml.k3j2.tmp`), `vocal doctor`'s probe file, and a malformed gates file set

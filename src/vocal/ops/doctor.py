@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vocal.audio.endpoints import pactl_info, pulse_endpoints
 from vocal.errors import VocalError
 
 if TYPE_CHECKING:
@@ -70,9 +71,14 @@ class Check:
     status: str  # one of STATUSES
     detail: str
     fix: str | None = None
+    #: Figures behind the line, for `--json` (left out when None).
+    data: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.data is None:
+            del out["data"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -207,28 +213,6 @@ def sound_server() -> str | None:
     if info is None:
         return ""
     return f"{info.get('Server Name', '?')} {info.get('Server Version', '')}".strip()
-
-
-def pactl_info() -> dict[str, str] | None:
-    """`pactl info` as a dict, or None when the server does not answer."""
-    from vocal.audio.headphones import _pactl
-
-    text = _pactl("info")
-    if text is None:
-        return None
-    pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
-    return {key.strip(): value.strip() for key, value in pairs}
-
-
-def pulse_endpoints() -> tuple[str | None, str | None]:
-    """The PulseAudio sink and source vocal's streams reach: $PULSE_SINK / $PULSE_SOURCE
-    (libpulse honours them per stream), else the server's defaults."""
-    sink, source = os.environ.get("PULSE_SINK"), os.environ.get("PULSE_SOURCE")
-    if (sink is None or source is None) and shutil.which("pactl"):
-        info = pactl_info() or {}
-        sink = sink or info.get("Default Sink")
-        source = source or info.get("Default Source")
-    return sink, source
 
 
 def check_devices(settings: Settings, portaudio: bool) -> tuple[Check, DeviceInfo | None]:

@@ -1,0 +1,216 @@
+"""Measure the echo of this loudspeaker and microphone: `vocal doctor --echo` (issue 20).
+
+A probe of speech-like noise (`probe_signal`: bursts at a syllable's rate, the band of speech)
+plays through the output vocal uses while the microphone records, wired as `vocal converse`
+wires them (the output callback feeds AEC3's reverse stream, the input callback its capture
+stream: `vocal.duplex.echo_guard.EchoGuard`). From the two streams as the callbacks saw them:
+
+- **the delay**: the strongest tap of the linear echo path fitted from what was played to what
+  was captured (`vocal.duplex.onset.fit_echo_path`), from the output callback handing a sample
+  over to its echo reaching the input callback: output latency, the room, input latency. This
+  is the stream delay AEC3 is told (`EchoCanceller(stream_delay_ms=...)`);
+- **the echo's level** at the microphone (dBFS RMS over the probe) and its gain over the probe;
+- **the reduction**: what the canceller took out of the echo after its first second (ERLE,
+  `vocal.duplex.erle.erle_db`), which is what decides the verdict
+  (`vocal.duplex.echo_profile.verdict_for`);
+- **the linear fit**: how much of the echo a linear path explains (dB). A loudspeaker that
+  distorts, or a clock that drifts, leaves more that no linear canceller removes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vocal.duplex.echo_profile import EchoProfile, verdict_for
+
+if TYPE_CHECKING:
+    from vocal.duplex.onset import AlignedStreams
+
+#: The probe's length: AEC3 converges within ~1 s on the design room, and the reduction is
+#: measured after that.
+PROBE_S = 3.0
+#: The probe's level (dBFS RMS): a normal speaking level for a reply.
+PROBE_DBFS = -20.0
+#: Syllables per second, and the share of each that sounds.
+SYLLABLE_RATE_HZ = 4.0
+SYLLABLE_DUTY = 0.7
+#: The band of the probe (Hz): speech's, where the microphone and the loudspeaker matter.
+BAND_HZ = (150.0, 6000.0)
+#: Echo delays the fit looks for (s, relative to the callbacks' clock): up to issue 20's long
+#: rooms (600 ms) and a deep output buffer on top.
+DELAY_RANGE_S = (-0.05, 1.0)
+#: Recording goes on this long after the probe's last sample was handed over (the echo's
+#: latency and the room's tail).
+TAIL_S = 0.6
+#: The reduction skips the canceller's first second (its convergence).
+CONVERGED_AFTER_S = 1.0
+CAPTURE_SAMPLE_RATE = 16_000
+
+
+@dataclass(frozen=True)
+class EchoMeasurement:
+    """What one probe measured (see the module docstring); `profile()` is what is kept."""
+
+    output: str
+    input: str
+    delay_ms: float
+    echo_dbfs: float
+    probe_dbfs: float
+    reduction_db: float | None
+    linear_db: float
+    verdict: str
+    underflows: int
+    overflows: int
+
+    @property
+    def echo_gain_db(self) -> float:
+        return self.echo_dbfs - self.probe_dbfs
+
+    def profile(self) -> EchoProfile:
+        return EchoProfile(
+            output=self.output, input=self.input, delay_ms=self.delay_ms,
+            echo_dbfs=self.echo_dbfs, echo_gain_db=round(self.echo_gain_db, 1),
+            reduction_db=self.reduction_db, verdict=self.verdict, measured_at=time.time(),
+        )  # fmt: skip
+
+    def to_dict(self) -> dict[str, object]:
+        return {**asdict(self), "echo_gain_db": round(self.echo_gain_db, 1)}
+
+
+def probe_signal(sample_rate: int = CAPTURE_SAMPLE_RATE, duration_s: float = PROBE_S,
+                 seed: int = 20) -> np.ndarray:  # fmt: skip
+    """Speech-like noise: white noise limited to `BAND_HZ`, tilted -3 dB per octave like
+    speech, in bursts of `SYLLABLE_RATE_HZ` with raised-cosine edges, at `PROBE_DBFS` RMS over
+    its bursts. Deterministic for one seed."""
+    count = round(duration_s * sample_rate)
+    rng = np.random.default_rng(seed)
+    spectrum = np.fft.rfft(rng.standard_normal(count))
+    freqs = np.fft.rfftfreq(count, 1 / sample_rate)
+    band = (freqs >= BAND_HZ[0]) & (freqs <= BAND_HZ[1])
+    tilt = np.where(band, 1 / np.sqrt(np.maximum(freqs, 1.0) / BAND_HZ[0]), 0.0)
+    noise = np.fft.irfft(spectrum * tilt, count)
+    t = np.arange(count) / sample_rate
+    phase = (t * SYLLABLE_RATE_HZ) % 1.0
+    on = phase < SYLLABLE_DUTY
+    # Raised-cosine bursts: silent between syllables, as speech is, so the echo path's
+    # onsets and tails are both in the fit.
+    envelope = np.where(on, np.sin(np.pi * np.clip(phase / SYLLABLE_DUTY, 0, 1)) ** 0.5, 0.0)
+    signal = noise * envelope
+    rms = float(np.sqrt(np.mean(signal[on] ** 2)))
+    return (signal * (10 ** (PROBE_DBFS / 20) / rms)).astype(np.float32)
+
+
+def dbfs(samples: np.ndarray) -> float:
+    """RMS level in dBFS (floor -200)."""
+    mean_square = float(np.mean(np.square(samples, dtype=np.float64))) if samples.size else 0.0
+    return 10 * float(np.log10(max(mean_square, 1e-20)))
+
+
+def measure_echo(*, output: str, input: str, output_device: str | int | None = None,
+                 input_device: str | int | None = None, probe_s: float = PROBE_S,
+                 sample_rate: int = CAPTURE_SAMPLE_RATE) -> EchoMeasurement:  # fmt: skip
+    """Play the probe through the output while recording the input; see the module docstring.
+    `output` and `input` name the pair for the profile (`vocal.audio.endpoints.device_pair`).
+
+    Raises:
+        DeviceError: a device could not be opened or delivered nothing.
+        EngineError: the echo canceller (livekit) is missing.
+    """
+    from vocal.audio.devices import Microphone
+    from vocal.audio.player import Player
+    from vocal.duplex.aec import EchoCanceller
+    from vocal.duplex.echo_guard import EchoGuard
+    from vocal.errors import DeviceError
+
+    probe = probe_signal(sample_rate, probe_s)
+    canceller = EchoCanceller(render_sample_rate=sample_rate, raw_when_quiet_s=None)
+    guard = EchoGuard(canceller)
+    raw: list[np.ndarray] = []
+
+    def capture(block: np.ndarray) -> np.ndarray:
+        raw.append(block.copy())
+        return guard.capture(block)
+
+    cleaned: list[np.ndarray] = []
+    with Microphone(CAPTURE_SAMPLE_RATE, device=input_device, on_block=capture) as mic:
+        # Play only once capture runs: the canceller must see the echo from its first sample.
+        first = mic.read(timeout_s=5.0)
+        if first is None:
+            raise DeviceError("the microphone delivered nothing for 5 s")
+        cleaned.append(first.samples)
+        player = Player(sample_rate, device=output_device, on_block=guard.render).open()
+        try:
+            player.play(probe)
+            player.finish()
+            deadline = None
+            for block in mic.blocks():
+                cleaned.append(block.samples)
+                if deadline is None and player.done:
+                    deadline = time.monotonic() + TAIL_S
+                if deadline is not None and time.monotonic() >= deadline:
+                    break
+        finally:
+            player.close()
+        overflows = mic.overflows
+    assert guard.taps is not None
+    streams = guard.taps.aligned()
+    if streams is None:
+        raise DeviceError("nothing was played or captured")
+    return _measured(
+        output, input, streams, np.concatenate(raw),
+        np.concatenate(cleaned)[guard.capture_delay_frames :],
+        canceller.activity.first_loud_s, player.underflows, overflows,
+    )  # fmt: skip
+
+
+def _measured(output: str, input: str, streams: AlignedStreams, captured: np.ndarray,
+              cleaned: np.ndarray, first_loud_s: float | None, underflows: int,
+              overflows: int) -> EchoMeasurement:  # fmt: skip
+    """The figures from the recorded streams (see `measure_echo`)."""
+    from vocal.duplex.erle import erle_db
+    from vocal.duplex.onset import fit_echo_path
+    from vocal.errors import DeviceError
+
+    rate, reference, mic = streams.rate, streams.reference, streams.raw
+    played = np.flatnonzero(reference)
+    if played.size == 0:
+        raise DeviceError("the probe never reached the output callback")
+    start, stop = int(played[0]), int(played[-1]) + 1
+    lags = (round(DELAY_RANGE_S[0] * rate), round(DELAY_RANGE_S[1] * rate))
+    # The echo of [start, stop) arrives up to the longest delay later.
+    path = fit_echo_path(reference, mic, slice(start, min(mic.shape[0], stop + lags[1])), lags)
+    shift = 0 if path is None else path.lag + int(np.argmax(np.abs(path.h)))
+    # Levels over the probe's bursts (its gaps are digital silence), the echo's shifted by
+    # the delay: what a person would call the probe's and the echo's loudness.
+    sounding = reference[start:stop] != 0
+    heard = np.zeros(stop - start, np.float32)
+    lo, hi = max(0, start + shift), min(mic.shape[0], stop + shift)
+    if lo < hi:
+        heard[lo - start - shift : hi - start - shift] = mic[lo:hi]
+    probe_dbfs = round(dbfs(reference[start:stop][sounding]), 1)
+    echo_dbfs = round(dbfs(heard[sounding]), 1)
+    # ERLE over the capture from the probe's first sound on, as the benchmarks measure it
+    # (the canceller's first second skipped).
+    n = min(captured.shape[0], cleaned.shape[0])
+    first = 0
+    if first_loud_s is not None:
+        first = min(n, max(0, streams.base + streams.index(first_loud_s)))
+    reduction: float | None
+    try:
+        reduction = round(erle_db(captured[first:n], cleaned[first:n],
+                                  skip_s=CONVERGED_AFTER_S), 1)  # fmt: skip
+    except ValueError:  # no echo at the microphone at all
+        reduction = None
+    return EchoMeasurement(
+        output=output, input=input, delay_ms=round(shift * 1000 / rate, 1),
+        echo_dbfs=echo_dbfs, probe_dbfs=probe_dbfs, reduction_db=reduction,
+        linear_db=round(path.removed_db, 1) if path is not None else 0.0,
+        verdict=verdict_for(echo_dbfs, reduction), underflows=underflows, overflows=overflows,
+    )  # fmt: skip
+
+
+__all__ = ["PROBE_S", "EchoMeasurement", "measure_echo", "probe_signal"]

@@ -1,0 +1,150 @@
+"""What vocal knows of one loudspeaker and microphone's echo, kept between turns (issue 20).
+
+Every turn is a new process, so AEC3 starts cold every turn: it has to find the echo's delay
+and learn the echo path before it cancels well, and a short reply can end before it does.
+livekit's APM cannot save its filter; what it can take is the delay (`set_stream_delay_ms`,
+which AEC3 uses as the initial alignment of its render buffer). `vocal doctor --echo` measures
+the delay, the echo's level at the microphone and what the canceller takes out of it
+(`vocal.duplex.echo_probe`), and keeps them here, one record per (output, input) pair
+(`vocal.audio.endpoints.device_pair`):
+
+    <state dir>/echo/<sha256 of the pair, 16 hex>.json
+
+`converse --aec auto` reads the record for its pair: the delay goes to the canceller as its
+hint, and a "half-duplex" verdict (the echo cannot be cancelled well enough for barge-in)
+makes the turn half-duplex, said once on stderr and in `--json`. With no record it behaves as
+before. A record that is not what vocal writes is quarantined and treated as absent
+(`vocal.floor.statefiles.read_record`).
+
+Standard library only: converse reads it before any audio module is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from vocal.floor.statedir import ensure_private_dir
+from vocal.floor.statefiles import BadRecord, read_record, record_from, write_json
+
+#: The canceller takes at least this much out of the echo (dB): barge-in works (the design
+#: room converges to 40-60 dB; the false barge-ins seen came where AEC3 had lost the path and
+#: took 0-30 dB out).
+FULL_DUPLEX_DB = 25.0
+#: Below this much the echo left is loud enough to be taken for a person, and a person's start
+#: is lost under the suppressor: the turn runs half-duplex. Between the two, full duplex
+#: works with an occasional false stop, and headphones are advised.
+HALF_DUPLEX_DB = 15.0
+#: An echo this quiet at the microphone (the probe's echo, dBFS RMS) needs no cancelling:
+#: headphones, or a loudspeaker far from the microphone.
+NO_ECHO_DBFS = -60.0
+
+FULL_DUPLEX, HEADPHONES, HALF_DUPLEX = "full-duplex", "use-headphones", "half-duplex"
+VERDICTS = (FULL_DUPLEX, HEADPHONES, HALF_DUPLEX)
+#: Where profiles live in the state directory (`vocal.floor.statedir.STATE_ENTRY_NAMES`).
+PROFILE_DIR_NAME = "echo"
+#: Echo delays a profile may hold (ms): output latency + the room + input latency.
+DELAY_BOUNDS_MS = (0.0, 2000.0)
+
+
+@dataclass(frozen=True)
+class EchoProfile:
+    """One device pair's echo, as last measured.
+
+    `delay_ms`: from the output callback handing a sample over to its echo reaching the input
+    callback (I/O latency included), which is what AEC3's stream delay means here.
+    `echo_dbfs`: the echo's level at the microphone during the probe (RMS). `echo_gain_db`:
+    that level over the probe's own. `reduction_db`: what the canceller took out of the echo
+    after its first second (ERLE; None: not measured). `verdict`: one of `VERDICTS`."""
+
+    output: str
+    input: str
+    delay_ms: float
+    echo_dbfs: float
+    echo_gain_db: float
+    reduction_db: float | None
+    verdict: str
+    measured_at: float
+    source: str = "doctor"
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    @property
+    def stream_delay_ms(self) -> int:
+        """The delay as `EchoCanceller(stream_delay_ms=...)` takes it."""
+        return round(self.delay_ms)
+
+
+def verdict_for(echo_dbfs: float, reduction_db: float | None) -> str:
+    """Full duplex fine, use headphones, or half-duplex, from what the probe measured."""
+    if echo_dbfs < NO_ECHO_DBFS:
+        return FULL_DUPLEX  # nothing reaches the microphone to cancel
+    if reduction_db is None or reduction_db < HALF_DUPLEX_DB:
+        return HALF_DUPLEX
+    return FULL_DUPLEX if reduction_db >= FULL_DUPLEX_DB else HEADPHONES
+
+
+def profile_path(home: Path, output: str, input: str) -> Path:
+    """The pair's record (device names may hold anything: the file is named by a digest)."""
+    digest = hashlib.sha256(f"{output}\0{input}".encode()).hexdigest()[:16]
+    return Path(home) / PROFILE_DIR_NAME / f"{digest}.json"
+
+
+def parse_profile(data: object) -> EchoProfile:
+    """An `EchoProfile` from its JSON; raises BadRecord for anything vocal does not write."""
+    profile = record_from(EchoProfile, data, {"delay_ms": DELAY_BOUNDS_MS,
+                                              "echo_dbfs": (-200.0, 20.0),
+                                              "echo_gain_db": (-200.0, 100.0),
+                                              "reduction_db": (-100.0, 200.0),
+                                              "measured_at": (0.0, 1e11)})  # fmt: skip
+    if profile.verdict not in VERDICTS:
+        raise BadRecord(f"verdict: {profile.verdict[:40]!r} is not one of {', '.join(VERDICTS)}")
+    return profile
+
+
+def load_profile(home: Path, output: str, input: str) -> EchoProfile | None:
+    """The pair's profile, or None (never measured, or a bad record, set aside)."""
+    path = profile_path(home, output, input)
+    profile = read_record(path, parse_profile, log_dir=Path(home) / "logs")
+    if profile is None or (profile.output, profile.input) != (output, input):
+        return None  # a digest collision, or a record copied from elsewhere
+    return profile
+
+
+def profile_for(home: Path, output_device: str | None,
+                input_device: str | None) -> EchoProfile | None:  # fmt: skip
+    """The profile of the pair these devices (None: the defaults) make, or None. Costs a
+    directory check when nothing was ever measured, else a `pactl info` for unnamed ones."""
+    if not (Path(home) / PROFILE_DIR_NAME).is_dir():
+        return None
+    from vocal.audio.endpoints import device_pair
+
+    return load_profile(home, *device_pair(output_device, input_device))
+
+
+def save_profile(home: Path, profile: EchoProfile) -> Path:
+    """Keep `profile` for its pair (replacing the last one); returns the file written."""
+    path = profile_path(home, profile.output, profile.input)
+    ensure_private_dir(path.parent)
+    write_json(path, profile.to_dict())
+    return path
+
+
+__all__ = [
+    "FULL_DUPLEX",
+    "FULL_DUPLEX_DB",
+    "HALF_DUPLEX",
+    "HALF_DUPLEX_DB",
+    "HEADPHONES",
+    "NO_ECHO_DBFS",
+    "VERDICTS",
+    "EchoProfile",
+    "load_profile",
+    "parse_profile",
+    "profile_for",
+    "profile_path",
+    "save_profile",
+    "verdict_for",
+]

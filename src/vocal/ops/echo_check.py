@@ -1,0 +1,69 @@
+"""`vocal doctor --echo`: play a probe, measure this device pair's echo, keep the profile.
+
+The measurement is `vocal.duplex.echo_probe.measure_echo`; the profile it leaves
+(`vocal.duplex.echo_profile`) is what `converse --aec auto` reads: the delay for the
+canceller, and the verdict (full duplex fine / use headphones / half-duplex).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vocal.duplex.echo_profile import FULL_DUPLEX, HALF_DUPLEX, HALF_DUPLEX_DB, HEADPHONES
+from vocal.errors import VocalError
+from vocal.ops.doctor import FAIL, OK, WARN, Check
+
+if TYPE_CHECKING:
+    from vocal.config import Settings
+    from vocal.duplex.echo_probe import EchoMeasurement
+
+_FIXES = {
+    HEADPHONES: "barge-in works but may stop the reply on its own echo now and then: use "
+    "headphones, lower the speaker volume, or move the microphone away from the speaker",
+    HALF_DUPLEX: "`converse --aec auto` now runs half-duplex here (no barge-in: speak after "
+    "the reply); use headphones for barge-in, or lower the speaker volume and run "
+    "`vocal doctor --echo` again",
+}
+
+
+def check_echo(settings: Settings, *, save: bool = True) -> Check:
+    """Measure the echo of the output and input vocal uses and keep the profile (`save`).
+    The check carries the measurement in `data` (for `--json`)."""
+    from vocal.audio.endpoints import device_pair
+    from vocal.duplex.echo_probe import measure_echo
+    from vocal.duplex.echo_profile import save_profile
+
+    output, input = device_pair(settings.output_device, settings.input_device)
+    try:
+        measured = measure_echo(output=output, input=input,
+                                output_device=settings.output_device,
+                                input_device=settings.input_device)  # fmt: skip
+    except VocalError as exc:
+        return Check("echo", FAIL, str(exc), fix=exc.hint or "run `vocal doctor` first")
+    data: dict[str, object] = measured.to_dict()
+    if save:
+        data["profile"] = str(save_profile(settings.home, measured.profile()))
+    status = OK if measured.verdict == FULL_DUPLEX else WARN
+    return Check("echo", status, describe(measured), fix=_FIXES.get(measured.verdict), data=data)
+
+
+def describe(measured: EchoMeasurement) -> str:
+    """One line a person reads: the delay, the echo's level, what the canceller took out."""
+    reduction = "not measured (no echo)" if measured.reduction_db is None else (
+        f"{measured.reduction_db:.0f} dB"
+    )  # fmt: skip
+    glitches = ""
+    if measured.underflows or measured.overflows:
+        glitches = (f"; {measured.underflows} output underflows, "
+                    f"{measured.overflows} input overflows")  # fmt: skip
+    verdict = measured.verdict
+    if verdict == HALF_DUPLEX and measured.reduction_db is not None:
+        verdict += f" (under {HALF_DUPLEX_DB:.0f} dB)"
+    return (
+        f"{verdict}: echo delay {measured.delay_ms:.0f} ms, echo at the microphone "
+        f"{measured.echo_dbfs:.0f} dBFS ({measured.echo_gain_db:+.0f} dB on the probe), "
+        f"cancelled {reduction}{glitches}"
+    )
+
+
+__all__ = ["check_echo", "describe"]

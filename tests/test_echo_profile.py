@@ -1,0 +1,209 @@
+"""The echo profile (issue 20): `vocal doctor --echo` measures a device pair's echo and keeps it;
+`converse --aec auto` gives the delay to the canceller and runs half-duplex on a bad verdict.
+
+The measurement's arithmetic is checked offline on a synthetic echo (a known delay and gain);
+the rest on the room harness: real streams, real AEC3, real `vocal` processes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.room import running_room
+from harness.runner import run_vocal, start_vocal
+from vocal.audio.endpoints import device_pair
+from vocal.duplex.echo_probe import _measured, probe_signal
+from vocal.duplex.echo_profile import (
+    FULL_DUPLEX,
+    HALF_DUPLEX,
+    HEADPHONES,
+    EchoProfile,
+    load_profile,
+    profile_for,
+    profile_path,
+    save_profile,
+    verdict_for,
+)
+from vocal.duplex.onset import AlignedStreams
+
+SAMPLE_RATE = 16_000
+
+
+def profile(verdict: str = FULL_DUPLEX, *, output: str = "sink", input: str = "source",
+            delay_ms: float = 120.0, reduction_db: float | None = 40.0) -> EchoProfile:  # fmt: skip
+    return EchoProfile(output=output, input=input, delay_ms=delay_ms, echo_dbfs=-30.0,
+                       echo_gain_db=-10.0, reduction_db=reduction_db, verdict=verdict,
+                       measured_at=time.time())  # fmt: skip
+
+
+# -- offline ----------------------------------------------------------------------------------
+def test_the_verdict_follows_the_reduction_and_the_echo_level() -> None:
+    assert verdict_for(-30.0, 40.0) == FULL_DUPLEX
+    assert verdict_for(-30.0, 25.0) == FULL_DUPLEX
+    assert verdict_for(-30.0, 20.0) == HEADPHONES
+    assert verdict_for(-30.0, 10.0) == HALF_DUPLEX
+    assert verdict_for(-30.0, None) == HALF_DUPLEX  # echo, but nothing could be measured
+    assert verdict_for(-70.0, None) == FULL_DUPLEX  # nothing reaches the microphone
+
+
+def test_a_profile_is_kept_per_pair_and_a_bad_record_is_set_aside(vocal_home: Path) -> None:
+    kept = profile(output="alsa_output.usb-Speaker", input="alsa_input.usb-Mic")
+    path = save_profile(vocal_home, kept)
+    assert path == profile_path(vocal_home, kept.output, kept.input)
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    assert load_profile(vocal_home, kept.output, kept.input) == kept
+    assert load_profile(vocal_home, kept.output, "another mic") is None
+    # Device names are not file names: any string makes a file inside echo/.
+    odd = profile(output="../../etc/passwd", input="a\0b")
+    assert save_profile(vocal_home, odd).parent == path.parent
+    # A record vocal did not write: set aside, treated as absent, never a crash.
+    for bad in ("{", json.dumps({**kept.to_dict(), "verdict": "shout"}),
+                json.dumps({**kept.to_dict(), "delay_ms": -5})):  # fmt: skip
+        path.write_text(bad)
+        assert load_profile(vocal_home, kept.output, kept.input) is None
+        assert not path.exists()
+    # Nothing ever measured: no pactl call, no directory made.
+    assert profile_for(vocal_home / "nowhere", None, None) is None
+
+
+def synthetic_streams(delay_samples: int, gain: float, residual: float):
+    """A probe played from 0.5 s on and its echo `delay_samples` later at `gain`; a cleaned
+    capture `residual` times the echo (what a canceller leaves)."""
+    probe = probe_signal(SAMPLE_RATE)
+    total = SAMPLE_RATE // 2 + probe.shape[0] + SAMPLE_RATE
+    reference = np.zeros(total, np.float32)
+    reference[SAMPLE_RATE // 2 : SAMPLE_RATE // 2 + probe.shape[0]] = probe
+    mic = np.zeros(total, np.float32)
+    mic[delay_samples:] = gain * reference[:-delay_samples]
+    blocks = [(10.0 + (i + 512) / SAMPLE_RATE, i, mic[i : i + 512]) for i in range(0, total, 512)]
+    streams = AlignedStreams(mic, reference, 0, blocks, SAMPLE_RATE)
+    return streams, mic, (residual * mic).astype(np.float32)
+
+
+def test_the_measurement_finds_a_known_delay_level_and_reduction() -> None:
+    streams, captured, cleaned = synthetic_streams(1234, 0.25, 0.01)
+    measured = _measured("sink", "source", streams, captured, cleaned, 10.5, 0, 0)
+    assert measured.delay_ms == pytest.approx(1234 / 16, abs=0.1)
+    assert measured.echo_gain_db == pytest.approx(20 * np.log10(0.25), abs=0.5)
+    assert measured.probe_dbfs == pytest.approx(-20.0, abs=0.5)
+    assert measured.reduction_db == pytest.approx(40.0, abs=0.5)
+    assert measured.linear_db > 40
+    assert measured.verdict == FULL_DUPLEX
+    # A long room (600 ms) and a canceller that takes out only 10 dB.
+    streams, captured, cleaned = synthetic_streams(9600, 0.5, 10 ** (-10 / 20))
+    measured = _measured("sink", "source", streams, captured, cleaned, 10.5, 0, 0)
+    assert measured.delay_ms == pytest.approx(600.0, abs=0.1)
+    assert measured.reduction_db == pytest.approx(10.0, abs=0.5)
+    assert measured.verdict == HALF_DUPLEX
+    kept = measured.profile()
+    assert (kept.delay_ms, kept.verdict, kept.stream_delay_ms) == (600.0, HALF_DUPLEX, 600)
+
+
+def test_a_known_delay_places_the_window_the_echo_is_predicted_from() -> None:
+    from vocal.duplex.aec import ECHO_WINDOW_S, echo_window_s
+
+    assert echo_window_s(None) == ECHO_WINDOW_S
+    low, high = echo_window_s(130)  # the design room: about the default window
+    assert 0.0 < low <= ECHO_WINDOW_S[0] and high == ECHO_WINDOW_S[1]
+    low, high = echo_window_s(730)  # a 600 ms room: past where the default window ends
+    assert low == pytest.approx(0.61) and high == pytest.approx(1.0)
+
+
+# -- on the room harness ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def room(pulse):
+    with running_room(pulse) as started:
+        yield started
+
+
+def click_delay_ms() -> float:
+    """The echo delay found independently of the probe's fit: three clicks played, each found
+    by its peak in the raw capture; from the output callback handing the click over to its
+    echo in the input callback (each stream's samples timed from its callback, as the taps do)."""
+    from vocal.audio.devices import Microphone
+    from vocal.audio.player import Player
+
+    played: list[tuple[float, int, int]] = []  # (callback time, block length, click index)
+    captured: list[tuple[float, np.ndarray]] = []
+
+    def render(block: np.ndarray) -> None:
+        loud = np.flatnonzero(np.abs(block) > 0.4)
+        if loud.size:
+            played.append((time.monotonic(), block.shape[0], int(loud[0])))
+
+    def capture(block: np.ndarray) -> np.ndarray:
+        captured.append((time.monotonic(), block.copy()))
+        return block
+
+    click = np.zeros(SAMPLE_RATE // 2, np.float32)
+    click[100:104] = 0.5
+    with Microphone(SAMPLE_RATE, on_block=capture) as mic:
+        assert mic.read(timeout_s=5.0) is not None
+        with Player(SAMPLE_RATE, on_block=render) as player:
+            for _ in range(3):
+                player.play(click)
+            player.finish()
+            player.wait()
+        time.sleep(0.8)
+    sent = [stamp - (length - index) / SAMPLE_RATE for stamp, length, index in played]
+    heard = []
+    for stamp, samples in captured:
+        for index in np.flatnonzero(np.abs(samples) > 0.05):
+            at_s = stamp - (samples.shape[0] - index) / SAMPLE_RATE
+            if not heard or at_s - heard[-1] > 0.2:
+                heard.append(at_s)
+    assert len(sent) == 3 and len(heard) == 3, (sent, heard)
+    return float(np.median([(h - s) * 1000 for s, h in zip(sent, heard, strict=True)]))
+
+
+@pytest.mark.audio
+def test_doctor_echo_measures_the_rooms_delay_and_keeps_the_profile(room, vocal_home) -> None:
+    result = run_vocal("doctor", "--echo", "--json", timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+    (check,) = json.loads(result.stdout)
+    data = check["data"]
+    assert check["name"] == "echo" and check["status"] == "ok", check
+    assert data["verdict"] == FULL_DUPLEX and data["reduction_db"] >= 25, data
+    # The design room: 50 ms, gain 0.5 (-6 dB) with its tail; plus the streams' latency.
+    assert 50 < data["delay_ms"] < 400
+    assert -12 < data["echo_gain_db"] < 0
+    assert abs(data["delay_ms"] - click_delay_ms()) <= 10, data
+    kept = load_profile(vocal_home, *device_pair(None, None))
+    assert kept is not None and kept.delay_ms == data["delay_ms"]
+    assert Path(data["profile"]) == profile_path(vocal_home, kept.output, kept.input)
+
+
+def converse_turn(*args: str) -> tuple[int, dict, str]:
+    proc = start_vocal("converse", "Hello there.", "--json", "--no-speech-timeout", "1",
+                       *args)  # fmt: skip
+    out, err = proc.communicate(timeout=60)
+    return proc.returncode, json.loads(out) if out.strip() else {}, err.decode()
+
+
+@pytest.mark.audio
+def test_a_bad_echo_verdict_makes_aec_auto_half_duplex_and_a_good_one_keeps_barge_in(
+    room, vocal_home
+) -> None:
+    output, input = device_pair(None, None)
+    save_profile(vocal_home, profile(HALF_DUPLEX, output=output, input=input, reduction_db=8.0))
+    code, payload, stderr = converse_turn("--aec", "auto")
+    assert code == 4, stderr  # nobody answered
+    assert payload["mode"] == "half-duplex" and payload["aec"] is False
+    assert payload["echo_profile"]["verdict"] == HALF_DUPLEX
+    assert stderr.count("half-duplex") == 1, stderr
+    # --aec on is the user's word: full duplex, the profile's delay still used.
+    code, payload, stderr = converse_turn("--aec", "on")
+    assert payload["mode"] == "barge-in" and payload["aec"] is True, stderr
+    assert "half-duplex" not in stderr
+    # A good verdict: barge-in as before, the canceller given the measured delay.
+    save_profile(vocal_home, profile(FULL_DUPLEX, output=output, input=input, delay_ms=130.0))
+    code, payload, stderr = converse_turn("--aec", "auto")
+    assert code == 4, stderr
+    assert payload["mode"] == "barge-in" and payload["aec"] is True
+    assert payload["echo_profile"]["delay_ms"] == 130.0
+    assert "half-duplex" not in stderr
