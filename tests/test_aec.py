@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from harness.room import RoomConfig, impulse_response, play_turn, running_room, without_room_stall
+from harness.room import play_turn, running_room, without_room_stall
+from harness.room_effects import RoomConfig, impulse_response
 from harness.sounds import espeak
 from vocal.audio.wav import resample
 from vocal.duplex import aec as aec_module

@@ -1,5 +1,9 @@
 """The room harness (tests/harness/room.py): what the speaker plays arrives at the microphone
-through the configured echo path, and near-end speech is mixed in when asked."""
+through the configured echo path, and near-end speech is mixed in when asked.
+
+The signal processing (tests/harness/room_effects.py: the echo path, the device effects and
+noises of issue 20) is tested offline, without audio; the room process, with audio.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +12,25 @@ import time
 import numpy as np
 import pytest
 
+from harness.corpus import ensure_corpus
 from harness.loopback import captured
-from harness.room import (
+from harness.room import Room, microphone_on, parse_args, running_room, without_room_stall
+from harness.room_effects import (
+    ROOM_CONDITIONS,
     Convolver,
-    Room,
+    DelayLine,
+    EchoPath,
     RoomConfig,
+    WhiteNoise,
     impulse_response,
-    microphone_on,
-    running_room,
-    without_room_stall,
+    loudspeaker,
+    room_noise,
+    thd,
 )
 from harness.sounds import espeak
 from vocal.audio.devices import Microphone
 from vocal.audio.player import Player
 from vocal.audio.wav import write_wav
-
-pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 
 SAMPLE_RATE = 16_000
 
@@ -60,6 +67,156 @@ def test_convolver_streams_like_one_convolution() -> None:
     np.testing.assert_allclose(streamed, np.convolve(x, ir)[:5000], atol=1e-5)
 
 
+def stream(process, x: np.ndarray, chunk: int = 160) -> np.ndarray:
+    """`process` applied to `x` chunk by chunk, as the room does, joined."""
+    return np.concatenate([process(x[i : i + chunk]) for i in range(0, x.shape[0], chunk)])
+
+
+def test_the_conditions_are_named_once_and_reach_the_room_process() -> None:
+    assert set(ROOM_CONDITIONS) == {"linear", "nonlinear", "drift", "long-delay", "noisy",
+                                    "chatter", "reverberant"}  # fmt: skip
+    assert ROOM_CONDITIONS["linear"] == RoomConfig()
+    for config in ROOM_CONDITIONS.values():  # every field survives the command line
+        assert parse_args(["--speaker", "s", "--room", "r", *config.args()]) == ("s", "r", config)
+        assert EchoPath(config).process(np.zeros(160, np.float32)).shape == (160,)
+    with pytest.raises(ValueError, match="noise_kind"):
+        RoomConfig(noise_kind="pink")
+
+
+@pytest.mark.parametrize("delay_ms", [50, 600, 47.3, 5])
+def test_delay_line_and_short_ir_are_bit_identical_to_one_convolution(delay_ms: float) -> None:
+    """The default path (no effects): a delay line of whole chunks, then the rest of the impulse
+    response; the same samples as convolving with the whole impulse response, bit for bit, at a
+    cost that does not grow with the delay."""
+    config = RoomConfig(delay_ms=delay_ms)
+    x = np.random.default_rng(2).uniform(-0.5, 0.5, 2 * SAMPLE_RATE).astype(np.float32)
+    ir = impulse_response(config)
+    path = EchoPath(config)
+    echo = stream(path.process, x)
+    assert echo.tobytes() == stream(Convolver(ir).process, x).tobytes()  # the room before
+    np.testing.assert_allclose(echo, np.convolve(x, ir)[: x.shape[0]], atol=1e-6)
+    assert path.convolver.ir.shape[0] <= 2 * 160 + round(config.tail_ms * 16)  # short
+
+
+def test_default_noise_is_the_white_noise_of_before() -> None:
+    noise = room_noise(RoomConfig(noise_dbfs=-65))
+    rng = np.random.default_rng(1)  # RoomConfig.seed + 1, as run_room seeded it
+    for _ in range(3):
+        expected = (10 ** (-65 / 20) * rng.standard_normal(160)).astype(np.float32)
+        assert noise.next(160).tobytes() == expected.tobytes()
+    assert room_noise(RoomConfig()) is None
+
+
+def test_loudspeaker_distortion_grows_from_none() -> None:
+    t = np.arange(SAMPLE_RATE) / SAMPLE_RATE
+    sine = (0.25 * np.sin(2 * np.pi * 1000 * t)).astype(np.float32)  # -12 dBFS peak
+    assert loudspeaker(sine, 0.0) is sine  # off: untouched
+    assert thd(sine, 1000) < 1e-4
+    distortions = [0.25, 0.5, 1.0, 2.0]
+    measured = [thd(loudspeaker(sine, d), 1000) for d in distortions]
+    assert measured == sorted(measured) and measured[0] > 0.01
+    assert 0.05 < measured[2] < 0.10  # distortion 1: clearly audible (docstring: 6.2 %)
+    quiet = sine * 1e-3  # -72 dBFS: the speaker's gain is 1 for small signals
+    out = loudspeaker(quiet, 1.0)
+    assert np.dot(out, quiet) / np.dot(quiet, quiet) == pytest.approx(1.0, abs=1e-3)
+    assert thd(out, 1000) < 1e-3
+    config = RoomConfig(distortion=1.0)  # the speaker distorts, then the room echoes
+    np.testing.assert_allclose(stream(EchoPath(config).process, sine),
+                               stream(Convolver(impulse_response(config)).process,
+                                      loudspeaker(sine, 1.0)), atol=1e-6)  # fmt: skip
+
+
+def test_clock_drift_moves_the_echo_16_samples_in_10_s_at_100_ppm() -> None:
+    """The far end resampled by 1 + 100e-6: over 10 s the echo arrives 1 ms (16 samples)
+    earlier, smoothly (a sine stays a sine), continuous across chunks of any size."""
+    n = np.arange(10 * SAMPLE_RATE)
+    sine = (0.5 * np.sin(2 * np.pi * 200 * n / SAMPLE_RATE)).astype(np.float32)
+
+    def drifted(x: np.ndarray, ppm: float, chunk: int = 160) -> np.ndarray:
+        line = DelayLine(800, drift_ppm=ppm)
+        line.far_onset()
+        return stream(line.process, x, chunk)
+
+    def lag_samples(y: np.ndarray, at: slice) -> float:
+        """How far `y` lags the sine around `at`, in samples (its 200 Hz phase)."""
+        ref = np.exp(-2j * np.pi * 200 * n[at] / SAMPLE_RATE)
+        turn = np.angle(np.dot(sine[at], ref) / np.dot(y[at], ref)) / (2 * np.pi)
+        return float(turn * SAMPLE_RATE / 200)
+
+    y = drifted(sine, 100.0)
+    start, end = slice(1600, 3200), slice(n.shape[0] - 1600, None)
+    change = lag_samples(y, start) - lag_samples(y, end)
+    assert change == pytest.approx(16.0, abs=2)
+    assert change == pytest.approx(100e-6 * (n[end].mean() - n[start].mean()), abs=0.05)
+    exact = 0.5 * np.sin(2 * np.pi * 200 * (n - 800 + 100e-6 * n) / SAMPLE_RATE)
+    error = y[800:] - exact[800:]
+    assert 10 * np.log10(np.mean(error**2) / np.mean(exact**2)) < -60
+    # Against white noise the echo's lag, found by cross-correlation, shrinks by 16 samples.
+    noise = np.random.default_rng(3).uniform(-0.5, 0.5, n.shape[0]).astype(np.float32)
+    heard = drifted(noise, 100.0)
+
+    def lag_at(at: int) -> int:
+        """The echo's delay (samples) over the 4000 samples from `at`, searched within ±20."""
+        window = heard[at : at + 4000]
+        return 800 + 20 - int(np.argmax(np.correlate(noise[at - 820 : at + 4000 - 780], window)))
+
+    assert lag_at(2000) - lag_at(n.shape[0] - 4000) == pytest.approx(16, abs=2)
+    assert drifted(noise, 100.0, chunk=37).tobytes() == heard.tobytes()  # chunking: no seams
+    assert (
+        drifted(noise, 0.0).tobytes()
+        == np.concatenate([np.zeros(800), noise[:-800]]).astype(np.float32).tobytes()
+    )  # 0 ppm: the delayed input, bit for bit
+
+
+def test_latency_jump_delays_the_echo_after_each_onset() -> None:
+    """`delay_jump_after_s` after a far-end onset the echo falls silent for `delay_jump_ms` and
+    carries on that much later; the next onset starts from the configured delay again."""
+    config = RoomConfig(delay_ms=50, gain=1.0, tail_ms=0, delay_jump_ms=20, delay_jump_after_s=1.0)
+    path = EchoPath(config)
+    x = np.random.default_rng(4).uniform(-0.5, 0.5, 4 * SAMPLE_RATE).astype(np.float32)
+    out, jumps = [], []
+    for i in range(0, x.shape[0], 160):
+        if i in (0, 2 * SAMPLE_RATE):  # far-end onsets
+            path.far_onset()
+        out.append(path.process(x[i : i + 160]))
+        if path.jumped_at is not None:
+            jumps.append(i + path.jumped_at)
+    y = np.concatenate(out)
+    assert jumps == [SAMPLE_RATE, 3 * SAMPLE_RATE]
+    for onset in (0, 2 * SAMPLE_RATE):
+        jump = onset + SAMPLE_RATE
+        before = slice(max(onset, 800), jump)
+        np.testing.assert_array_equal(y[before], x[before.start - 800 : jump - 800])
+        assert not y[jump : jump + 320].any()  # the output's underrun
+        after = slice(jump + 320, onset + 2 * SAMPLE_RATE)
+        np.testing.assert_array_equal(y[after], x[after.start - 1120 : after.stop - 1120])
+
+
+def spectral_flatness(x: np.ndarray, frame: int = 512) -> float:
+    """Geometric over arithmetic mean of the averaged power spectrum (1 for white noise)."""
+    frames = x[: x.shape[0] // frame * frame].reshape(-1, frame) * np.hanning(frame)
+    power = np.mean(np.abs(np.fft.rfft(frames, axis=1)) ** 2, axis=0)[1:]
+    return float(np.exp(np.mean(np.log(power))) / np.mean(power))
+
+
+@pytest.mark.parametrize("kind", ["fan", "chatter"])
+def test_structured_noise_has_its_level_and_is_not_white(kind: str) -> None:
+    if kind == "chatter":
+        ensure_corpus()  # the chatter is the corpus's recordings
+    noise = room_noise(RoomConfig(noise_dbfs=-45, noise_kind=kind))
+    x = np.concatenate([noise.next(160) for _ in range(1000)])  # 10 s
+    assert 20 * np.log10(np.sqrt(np.mean(x.astype(np.float64) ** 2))) == pytest.approx(-45, abs=1)
+    white = WhiteNoise(10 ** (-45 / 20), seed=0).next(x.shape[0])
+    assert spectral_flatness(x) < 0.5 * spectral_flatness(white)
+
+
+def test_chatter_without_the_corpus_is_a_clear_error(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VOCAL_CORPUS_DIR", str(tmp_path / "no-corpus"))
+    with pytest.raises(RuntimeError, match="scripts/corpus"):
+        room_noise(RoomConfig(noise_dbfs=-40, noise_kind="chatter"))
+
+
+@pytest.mark.audio
 def test_played_signal_reaches_the_microphone_delayed_and_scaled(pulse) -> None:
     """White noise to the speaker; the room's output, recorded at the same time as the
     speaker's monitor, is that noise through the configured impulse response."""
@@ -121,6 +278,7 @@ def test_played_signal_reaches_the_microphone_delayed_and_scaled(pulse) -> None:
     assert np.mean(after**2) < 2 * floor
 
 
+@pytest.mark.audio
 def test_near_end_speech_is_mixed_in_at_the_chosen_time(pulse, tmp_path) -> None:
     speech = espeak("hello there")
     path = write_wav(tmp_path / "near.wav", speech)
@@ -161,6 +319,7 @@ def test_near_end_speech_is_mixed_in_at_the_chosen_time(pulse, tmp_path) -> None
     assert gain == pytest.approx(1.0, rel=0.05)  # the person is not scaled by the echo path
 
 
+@pytest.mark.audio
 def test_room_events_report_far_end_bursts(room: Room) -> None:
     before = len(room.events)
     with Player(SAMPLE_RATE) as player:

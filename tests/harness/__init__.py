@@ -9,6 +9,8 @@ Making sounds and scoring words:
 Real audio on a private PulseAudio server (audio tests):
     pulse         the session's null sinks and their routing; warm_up_streams
     room          the echo path between the sinks (also run as a process by path)
+    room_effects  its signal processing: RoomConfig, the device effects and noises, and the
+                  named conditions (ROOM_CONDITIONS)
     loopback      what was played against what a stream recorded
     conch_audio   tones per process and the monitor recorder; wait_until
     heard         who was heard when: rendered speech found in the monitor recording
@@ -23,6 +25,7 @@ Processes and the floor:
 
 pytest finds this package through `pythonpath = ["tests"]` in pyproject.toml, the benchmarks
 through the .pth file naming tests/ that scripts/setup writes into .venv. room.py, also started
-by path as a process, imports only numpy and vocal (vocal's editable install). Nothing here
-edits `sys.path`.
+by path as a process, imports only numpy, vocal (vocal's editable install) and its sibling
+room_effects (by that name; chatter noise also reads harness.corpus). Nothing here edits
+`sys.path`.
 """

@@ -8,6 +8,10 @@ at a chosen time, and plays the result into the room sink, whose monitor is the 
     Player -> <prefix>_speaker -> monitor -> [room: IR * far + near] -> <prefix>_room -> monitor
                                                                                 -> Microphone
 
+The signal processing is tests/harness/room_effects.py: RoomConfig, and the named conditions
+of issue 20 (`ROOM_CONDITIONS`: a distorting loudspeaker, clock drift and a latency jump, a
+600 ms delay, fan noise, chatter, a long tail) on top of the linear room.
+
 Audio goes through `parec`/`pacat` (raw float32, 16 kHz mono, 10 and 40 ms latency requests),
 not PortAudio, so the room is clocked by the speaker sink and adds a small latency of its own
 (10-80 ms on top of the configured delay: tests/test_room.py). pacat asks for 40 ms: at 20 ms it
@@ -25,9 +29,12 @@ Control is JSON lines on stdin, events JSON lines on stdout, times are `time.mon
            is written, {"event": "near_end", ...} after its last.
         "after": "far" waits for the next far-end onset (the speaker starting to play).
     {"cmd": "quit"}
+    Unasked: {"event": "far_onset" | "far_end" | "resync" | "delay_jump", "at_s": ..., ...};
+    "delay_jump" is the output latency growing by `delay_jump_ms` (RoomConfig), once a turn.
 
 Run as a process: `python tests/harness/room.py --speaker SINK --room SINK [--delay-ms ...]`
-(it imports only numpy and vocal, found through vocal's editable install). Tests use
+(it imports numpy, vocal, found through vocal's editable install, and its sibling
+room_effects; chatter noise also harness.corpus). Tests use
 `running_room(pulse, RoomConfig(...))` (or `Room.start`), and `play_turn` to play a reply
 through it with the canceller and the barge-in detector wired as converse wires them.
 """
@@ -46,14 +53,18 @@ import sys
 import termios
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-SAMPLE_RATE = 16_000
-CHUNK_FRAMES = 160  # 10 ms: the room's processing step
+# The signal processing, RoomConfig and the named conditions live in room_effects.
+if __package__:  # imported as harness.room (tests, benchmarks)
+    from harness.room_effects import CHUNK_FRAMES, SAMPLE_RATE, EchoPath, RoomConfig, room_noise
+else:  # started by path as the room process: its own directory is first on sys.path
+    from room_effects import CHUNK_FRAMES, SAMPLE_RATE, EchoPath, RoomConfig, room_noise
+
 CHUNK_BYTES = CHUNK_FRAMES * 4  # float32
 #: More than this much audio waiting in a pipe (30 ms) means the room or pacat stalled. Left
 #: alone, the backlog would add its length to the echo path for good (a stall ratchets the
@@ -65,65 +76,6 @@ FAR_ONSET_PEAK = 1e-3
 #: A far-end burst ends after 0.5 s below that; its `far_end` event carries the time of the
 #: last loud chunk (when playback was stopped, for barge-in latency).
 FAR_END_CHUNKS = 50
-
-
-@dataclass(frozen=True)
-class RoomConfig:
-    """The echo path. Defaults follow docs/design.md's synthetic room (50 ms, 0.5, 40 ms tail).
-
-    `tail_ms` is the length of the reverberant tail after the direct path: noise decaying
-    exponentially to -60 dB at its end (a room whose RT60 is `tail_ms`), scaled so that its
-    energy is `tail_gain`² times the direct path's (0.5: the tail is 6 dB below the direct
-    sound). `noise_dbfs` adds a white noise floor at the microphone (None:
-    none, the null sink's digital silence).
-    """
-
-    delay_ms: float = 50.0
-    gain: float = 0.5
-    tail_ms: float = 40.0
-    tail_gain: float = 0.5
-    noise_dbfs: float | None = None
-    seed: int = 0
-
-    def args(self) -> list[str]:
-        out = [
-            f"--delay-ms={self.delay_ms}", f"--gain={self.gain}", f"--tail-ms={self.tail_ms}",
-            f"--tail-gain={self.tail_gain}", f"--seed={self.seed}",
-        ]  # fmt: skip
-        if self.noise_dbfs is not None:
-            out.append(f"--noise-dbfs={self.noise_dbfs}")
-        return out
-
-
-def impulse_response(config: RoomConfig, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
-    """The room's impulse response: `gain` at `delay_ms`, then a decaying noise tail."""
-    delay = round(config.delay_ms * sample_rate / 1000)
-    tail = round(config.tail_ms * sample_rate / 1000)
-    ir = np.zeros(delay + 1 + tail, np.float32)
-    ir[delay] = config.gain
-    if tail:
-        rng = np.random.default_rng(config.seed)
-        t = np.arange(1, tail + 1) / tail
-        decay = 10 ** (-3 * t)  # -60 dB at the end of the tail
-        shape = decay * rng.standard_normal(tail)
-        shape *= config.tail_gain / np.sqrt(np.sum(shape * shape))  # energy relative to direct
-        ir[delay + 1 :] = config.gain * shape
-    return ir
-
-
-class Convolver:
-    """Streaming overlap-add convolution with a fixed impulse response."""
-
-    def __init__(self, ir: np.ndarray) -> None:
-        self.ir = np.asarray(ir, np.float32)
-        self._tail = np.zeros(max(0, self.ir.shape[0] - 1), np.float32)
-
-    def process(self, x: np.ndarray) -> np.ndarray:
-        y = np.convolve(x, self.ir).astype(np.float32)  # len(x) + len(ir) - 1
-        y[: self._tail.shape[0]] += self._tail
-        n = x.shape[0]
-        self._tail = y[n:].copy()
-        return y[:n]
 
 
 # -- the process ----------------------------------------------------------------------------
@@ -211,7 +163,13 @@ def _raise_priority() -> None:
 
 
 def run_room(speaker: str, room: str, config: RoomConfig) -> None:
-    """The room's loop: parec from the speaker monitor, IR + near-end, pacat into the room."""
+    """The room's loop: parec from the speaker monitor, the echo path (room_effects.EchoPath)
+    + near end + noise, pacat into the room."""
+    # Built before parec starts (loading the chatter takes ~0.1 s, which would be a backlog).
+    try:
+        echo, noise = EchoPath(config), room_noise(config)
+    except (RuntimeError, ValueError) as exc:  # e.g. chatter without the corpus: one clear line
+        sys.exit(f"room: {exc}")
     _raise_priority()  # children inherit the scheduling policy
     fmt = ["--raw", "--format=float32le", f"--rate={SAMPLE_RATE}", "--channels=1"]
     # Unbuffered pipes: a backlog must show in FIONREAD, not hide in a Python buffer.
@@ -225,9 +183,6 @@ def run_room(speaker: str, room: str, config: RoomConfig) -> None:
     )  # fmt: skip
     for proc, side in ((rec, "input"), (play, "output")):
         threading.Thread(target=_watch_xruns, args=(proc.stderr, side), daemon=True).start()
-    convolver = Convolver(impulse_response(config))
-    rng = np.random.default_rng(config.seed + 1)
-    noise_rms = None if config.noise_dbfs is None else 10 ** (config.noise_dbfs / 20)
     inbox: queue.SimpleQueue = queue.SimpleQueue()
     threading.Thread(target=_commands, args=(inbox,), daemon=True).start()
     pending: list[_Near] = []
@@ -264,6 +219,7 @@ def run_room(speaker: str, room: str, config: RoomConfig) -> None:
                 if not far_active:
                     far_active = True
                     _emit("far_onset", at_s=now, frame=frame)
+                    echo.far_onset()  # drift and latency jump start again
                     for near in pending:
                         if near.start_frame is None:
                             near.start_frame = frame + near.delay_frames
@@ -274,7 +230,10 @@ def run_room(speaker: str, room: str, config: RoomConfig) -> None:
                 if far_active and quiet_chunks >= FAR_END_CHUNKS:
                     far_active = False
                     _emit("far_end", at_s=last_loud[0], frame=last_loud[1])
-            out = convolver.process(far)
+            out = echo.process(far)
+            if echo.jumped_at is not None:
+                _emit("delay_jump", at_s=now + echo.jumped_at / SAMPLE_RATE,
+                      frame=frame + echo.jumped_at)  # fmt: skip
             for near in list(pending):
                 if near.start_frame is None or near.start_frame >= frame + CHUNK_FRAMES:
                     continue
@@ -290,8 +249,8 @@ def run_room(speaker: str, room: str, config: RoomConfig) -> None:
                     pending.remove(near)
                     end_frame = frame + offset + take
                     _emit("near_end", id=near.id, at_s=time.monotonic(), frame=end_frame)
-            if noise_rms is not None:
-                out += (noise_rms * rng.standard_normal(CHUNK_FRAMES)).astype(np.float32)
+            if noise is not None:
+                out += noise.next(CHUNK_FRAMES)
             queued = _pipe_bytes(play.stdin) // CHUNK_BYTES
             if queued > MAX_BACKLOG_CHUNKS:  # pacat fell behind: drop rather than lag
                 _emit("resync", side="output", dropped_ms=10, at_s=now, frame=frame)
@@ -311,20 +270,22 @@ def run_room(speaker: str, room: str, config: RoomConfig) -> None:
                 proc.kill()
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None = None) -> tuple[str, str, RoomConfig]:
+    """The room process's command line: (speaker sink, room sink, RoomConfig.args()' config)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--speaker", required=True, help="sink whose monitor is the far end")
     parser.add_argument("--room", required=True, help="sink the room plays into (the mic)")
-    parser.add_argument("--delay-ms", type=float, default=RoomConfig.delay_ms)
-    parser.add_argument("--gain", type=float, default=RoomConfig.gain)
-    parser.add_argument("--tail-ms", type=float, default=RoomConfig.tail_ms)
-    parser.add_argument("--tail-gain", type=float, default=RoomConfig.tail_gain)
-    parser.add_argument("--noise-dbfs", type=float, default=None)
-    parser.add_argument("--seed", type=int, default=0)
+    names = [f.name for f in fields(RoomConfig)]
+    for name in names:  # --delay-ms ... --noise-kind, one per field, as RoomConfig.args() writes
+        default = getattr(RoomConfig, name)
+        kind = float if default is None else type(default)  # None: noise_dbfs, a level
+        parser.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default)
     args = parser.parse_args(argv)
-    config = RoomConfig(args.delay_ms, args.gain, args.tail_ms, args.tail_gain,
-                        args.noise_dbfs, args.seed)  # fmt: skip
-    run_room(args.speaker, args.room, config)
+    return args.speaker, args.room, RoomConfig(**{n: getattr(args, n) for n in names})
+
+
+def main(argv: list[str] | None = None) -> None:
+    run_room(*parse_args(argv))
 
 
 # -- the test side ----------------------------------------------------------------------------
@@ -341,7 +302,7 @@ class Room:
     _said: int = 0
 
     @classmethod
-    def start(cls, speaker: str, room: str, config: RoomConfig = RoomConfig()) -> Room:
+    def start(cls, speaker: str, room: str, config: RoomConfig = RoomConfig()) -> Room:  # noqa: B008 (frozen)
         proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--speaker", speaker, "--room", room,
              *config.args()],
@@ -579,7 +540,7 @@ def play_turn(
 
 
 @contextlib.contextmanager
-def running_room(pulse: Any, config: RoomConfig = RoomConfig()):
+def running_room(pulse: Any, config: RoomConfig = RoomConfig()):  # noqa: B008 (frozen)
     """A room between this session's sinks (`pulse`), with the microphone (PULSE_SOURCE) moved
     to its output until the block ends. Test modules wrap it in a module-scoped fixture."""
     with Room.start(pulse.speaker, pulse.room, config) as started:
