@@ -62,6 +62,8 @@ FIT_MIN_S = 1.0
 MIN_ECHO_REMOVED_DB = 20.0
 #: A candidate this good ends the search (live on the room harness: 24-56 dB when it held).
 GOOD_ENOUGH_DB = 35.0
+#: The percentile of (callback time - position) that gives a stream's clock (`stream_clock_s`).
+CLOCK_PERCENTILE = 5.0
 #: Diagonal loading of the normal equations, relative to the reference's energy per tap.
 _LOADING = 1e-4
 
@@ -93,6 +95,32 @@ def _position_at(blocks: list[tuple[float, int, np.ndarray]], at_s: float, rate:
     stamp (a stamp is taken when its block's callback runs: the block's end)."""
     stamp, before, samples = min(blocks, key=lambda b: abs(b[0] - at_s))
     return before + samples.shape[0] + (at_s - stamp) * rate
+
+
+def stream_clock_s(stamps: np.ndarray, ends: np.ndarray, rate: int) -> float:
+    """A stream's clock: the monotonic time at which its position 0 would have passed, such
+    that position p passes at `clock + p / rate`. From each callback's stamp and the
+    position at its block's end, the low envelope (5th percentile): a callback can run late
+    (the scheduler, PulseAudio handing two capture blocks at once: input stamps here spread
+    +-16 ms around their median), never before its block is due, so the earliest ones show
+    the stream's timing. The median instead put `vocal doctor --echo`'s delay 15 ms off."""
+    return float(np.percentile(stamps - ends / rate, CLOCK_PERCENTILE))
+
+
+def _clock_offset(raw_blocks: list[tuple[float, int, np.ndarray]],
+                  played_blocks: list[tuple[float, int, np.ndarray]], rate: int,
+                  played_rate: int) -> float:  # fmt: skip
+    """Where the capture stood minus where the output stood, in raw samples, at one instant,
+    through each stream's clock (`stream_clock_s`). One block would do on a steady clock, but
+    an output's first callbacks come in a burst (PortAudio filling the device's buffer), and
+    mapped through the first block the reference sat ~30 ms off its true delay."""
+
+    def clock(blocks: list[tuple[float, int, np.ndarray]], stream_rate: int) -> float:
+        stamps = np.array([stamp for stamp, _, _ in blocks])
+        ends = np.array([before + samples.shape[0] for _, before, samples in blocks])
+        return stream_clock_s(stamps, ends, stream_rate)
+
+    return (clock(played_blocks, played_rate) - clock(raw_blocks, rate)) * rate
 
 
 def _joined(blocks: list[tuple[float, int, np.ndarray]], start: int, stop: int) -> np.ndarray:
@@ -222,10 +250,9 @@ class OnsetTaps:
         rate, played_rate = self.raw.sample_rate, self.played.sample_rate
         base = raw_blocks[0][1]
         raw = _joined(raw_blocks, base, self.raw.total)
-        # The reply as played, on the raw stream's grid: one mapping through the clock at the
-        # first raw sample kept; the fitted delay absorbs its error.
-        first_s = raw_blocks[0][0] - raw_blocks[0][2].shape[0] / rate
-        frame = round(_position_at(played_blocks, first_s, played_rate))
+        # The reply as played, on the raw stream's grid, through the clock.
+        frame = round((base - _clock_offset(raw_blocks, played_blocks, rate, played_rate))
+                      * played_rate / rate)  # fmt: skip
         count = math.ceil(raw.shape[0] * played_rate / rate) + played_rate
         played = _joined(played_blocks, frame, frame + count)
         reference = played if played_rate == rate else resample(played, played_rate, rate)
