@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.room import running_room
+from harness.room import microphone_on, running_room
 from harness.runner import run_vocal, start_vocal
 from vocal.audio.endpoints import device_pair
 from vocal.duplex.echo_probe import _measured, probe_signal
@@ -175,13 +175,28 @@ def click_delay_ms() -> float:
     return float(np.median(delays_ms))
 
 
-@pytest.mark.audio
-def test_doctor_echo_measures_the_rooms_delay_and_keeps_the_profile(room, vocal_home) -> None:
+def doctor_echo() -> dict:
     result = run_vocal("doctor", "--echo", "--json", timeout=60)
     assert result.returncode == 0, result.stderr.decode()
     (check,) = json.loads(result.stdout)
-    data = check["data"]
     assert check["name"] == "echo" and check["status"] == "ok", check
+    return check["data"]
+
+
+@pytest.mark.audio
+def test_doctor_echo_on_the_plain_loopback(pulse, room, vocal_home) -> None:
+    """The speaker's monitor as the microphone: the echo is the reply itself (0 dB), late by
+    the streams' latency alone."""
+    with microphone_on(f"{pulse.speaker}.monitor"):
+        data = doctor_echo()
+        assert data["verdict"] == FULL_DUPLEX and data["reduction_db"] >= 25, data
+        assert -1.5 < data["echo_gain_db"] < 1.5
+        assert abs(data["delay_ms"] - click_delay_ms()) <= 10, data
+
+
+@pytest.mark.audio
+def test_doctor_echo_measures_the_rooms_delay_and_keeps_the_profile(room, vocal_home) -> None:
+    data = doctor_echo()
     assert data["verdict"] == FULL_DUPLEX and data["reduction_db"] >= 25, data
     # The design room: 50 ms, gain 0.5 (-6 dB) with its tail; plus the streams' latency.
     assert 50 < data["delay_ms"] < 400
