@@ -112,7 +112,8 @@ def test_render_resamples_odd_rates_with_negligible_delay() -> None:
     assert aec.errors == 0
 
 
-def simulate(render_rate: int, config: RoomConfig, seconds: float = 6.0) -> tuple:
+def simulate(render_rate: int, config: RoomConfig, seconds: float = 6.0,
+             stream_delay_ms: int | None = None) -> tuple:  # fmt: skip
     """Offline: the far end played in 256-frame blocks at `render_rate` (AEC sees each block
     when the output callback hands it over, 20 ms before it sounds), the room's echo captured
     in 512-frame blocks at 16 kHz, callbacks interleaved in time order."""
@@ -121,7 +122,8 @@ def simulate(render_rate: int, config: RoomConfig, seconds: float = 6.0) -> tupl
     out_latency = round(0.02 * SAMPLE_RATE)
     echo = np.convolve(np.concatenate([np.zeros(out_latency, np.float32), far16]),
                        impulse_response(config))[: far16.shape[0]].astype(np.float32)  # fmt: skip
-    aec = EchoCanceller(render_sample_rate=render_rate, apm=full_apm(), raw_when_quiet_s=None)
+    aec = EchoCanceller(render_sample_rate=render_rate, apm=full_apm(), raw_when_quiet_s=None,
+                        stream_delay_ms=stream_delay_ms)  # fmt: skip
     events = [(k * 256 / render_rate, "r", k) for k in range(far.shape[0] // 256)]
     events += [((j + 1) * 512 / SAMPLE_RATE, "c", j) for j in range(echo.shape[0] // 512)]
     cleaned = np.zeros_like(echo)
@@ -139,6 +141,19 @@ def test_aec3_cancels_a_simulated_echo(render_rate: int) -> None:
     captured, cleaned, aec = simulate(render_rate, RoomConfig(delay_ms=50, gain=0.5, tail_ms=40))
     assert aec.errors == 0
     assert erle_db(captured, cleaned, skip_s=1.0) >= 30.0
+
+
+def test_a_long_echo_delay_known_in_advance_is_taken_off_the_reverse_stream() -> None:
+    """A 600 ms room (issue 20): out of AEC3's reach cold; with the delay an echo profile
+    gives, vocal delays the reverse stream by most of it and AEC3 finds the rest."""
+    room = RoomConfig(delay_ms=600, gain=0.5, tail_ms=40)
+    cold = erle_db(*simulate(16_000, room, seconds=8.0)[:2], skip_s=2.0)
+    captured, cleaned, aec = simulate(16_000, room, seconds=8.0, stream_delay_ms=620)
+    warm = erle_db(captured, cleaned, skip_s=2.0)
+    assert aec.reference_shift_ms == 500 and aec.errors == 0
+    assert cold < 20.0 and warm >= 30.0, (cold, warm)
+    # A short delay is left to AEC3 (the hint only).
+    assert EchoCanceller(stream_delay_ms=130, apm=full_apm()).reference_shift_ms == 0
 
 
 def test_callbacks_never_raise_on_apm_errors() -> None:

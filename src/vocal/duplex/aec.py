@@ -121,22 +121,28 @@ def shared_apm(options: AecOptions = AecOptions()) -> Any:
     global _apm, _apm_options
     with _apm_lock:
         if _apm is None:
-            try:
-                from livekit.rtc.apm import AudioProcessingModule
-            except ImportError as exc:  # pragma: no cover - livekit is a hard dependency
-                raise EngineError(
-                    f"echo cancellation needs livekit ({exc})", hint="pip install livekit"
-                ) from None
-            _apm = AudioProcessingModule(
-                echo_cancellation=True,
-                noise_suppression=options.noise_suppression,
-                high_pass_filter=options.high_pass_filter,
-                auto_gain_control=options.auto_gain_control,
-            )
+            _apm = fresh_apm(options)
             _apm_options = options
         elif options != _apm_options:
             raise ValueError(f"the process's APM already runs with {_apm_options}")
         return _apm
+
+
+def fresh_apm(options: AecOptions = AecOptions()) -> Any:
+    """An `AudioProcessingModule` of its own, configured as `shared_apm`'s: for running the
+    canceller again offline on recorded streams (`vocal doctor --echo`), beside the process's."""
+    try:
+        from livekit.rtc.apm import AudioProcessingModule
+    except ImportError as exc:  # pragma: no cover - livekit is a hard dependency
+        raise EngineError(
+            f"echo cancellation needs livekit ({exc})", hint="pip install livekit"
+        ) from None
+    return AudioProcessingModule(
+        echo_cancellation=True,
+        noise_suppression=options.noise_suppression,
+        high_pass_filter=options.high_pass_filter,
+        auto_gain_control=options.auto_gain_control,
+    )
 
 
 def _reset_shared_apm() -> None:
@@ -144,6 +150,24 @@ def _reset_shared_apm() -> None:
     global _apm, _apm_options
     with _apm_lock:
         _apm, _apm_options = None, None
+
+
+#: A known echo delay longer than this is mostly taken off the reverse stream by vocal itself
+#: (`reference_shift_ms`): AEC3's delay estimator does not reach that far (on the room harness
+#: a 600 ms room, 670 ms from callback to callback, was cancelled by 11 dB; pywebrtc-audio #5
+#: saw 0.1 dB at 600 ms), and a hint (`set_stream_delay_ms`) alone did not bring it back.
+SHIFT_ABOVE_MS = 250
+#: What the shift leaves for AEC3 to find: the delay moves between streams by a block or two,
+#: and a reference that comes after its echo is the one thing no canceller recovers from.
+SHIFT_LEAVES_MS = 120
+
+
+def reference_shift_ms(stream_delay_ms: int | None) -> int:
+    """How much `EchoCanceller` delays the reverse stream itself for a known echo delay (whole
+    10 ms frames; 0 when short or unknown)."""
+    if stream_delay_ms is None or stream_delay_ms <= SHIFT_ABOVE_MS:
+        return 0
+    return (stream_delay_ms - SHIFT_LEAVES_MS) // FRAME_MS * FRAME_MS
 
 
 def echo_window_s(stream_delay_ms: int | None) -> tuple[float, float]:
@@ -172,7 +196,9 @@ class EchoCanceller:
         stream_delay_ms: a hint for AEC3 (`set_stream_delay_ms`: the initial alignment of its
             render buffer; it still estimates the delay itself), from an echo profile
             (vocal.duplex.echo_profile); None (no hint) is the default. It also places the
-            window `echo_levels_db` predicts the echo from (`echo_window_s`).
+            window `echo_levels_db` predicts the echo from (`echo_window_s`). A delay longer
+            than `SHIFT_ABOVE_MS` is mostly taken off by delaying the reverse stream itself
+            (`reference_shift_ms`), and AEC3 is told the rest.
         glitch_slack_s: how much later than its block's duration a callback may come before it
             counts as a glitch (`glitches`). A stream with a deep buffer absorbs stalls up to
             that buffer's length: pass about its latency.
@@ -238,6 +264,18 @@ class EchoCanceller:
         else:
             self._render = Frame(render_sample_rate * self._repeat)
         self._render_pending = np.zeros(self._render.frames, np.float32)
+        # The reverse stream's own delay line (`reference_shift_ms`): 10 ms frames in a ring,
+        # each frame handed to AEC3 that many frames after it was played.
+        self.reference_shift_ms = reference_shift_ms(stream_delay_ms)
+        self._apm_delay_ms = (
+            None if stream_delay_ms is None else stream_delay_ms - self.reference_shift_ms
+        )
+        shift_frames = self.reference_shift_ms // FRAME_MS
+        self._shift_ring = (
+            np.zeros((shift_frames, self._render.frames), np.float32) if shift_frames else None
+        )
+        self._shift_at = 0
+        self._shift_out = np.zeros(self._render.frames, np.float32)
         self._render_fill = 0
         # Capture: raw samples wait in `_capture_pending` for a whole frame; cleaned ones wait in
         # the ring until the callback hands them back `capture_delay_frames` late.
@@ -310,10 +348,21 @@ class EchoCanceller:
             self._render_fill += take
             pos += take
             if self._render_fill == size:
-                frame.load(pending)
+                frame.load(self._shifted(pending))
                 self.apm.process_reverse_stream(frame.audio_frame)
                 self._render_fill = 0
                 self.render_frames += 1
+
+    def _shifted(self, frame: np.ndarray) -> np.ndarray:
+        """The frame played `reference_shift_ms` ago (silence at first); keeps `frame`."""
+        ring = self._shift_ring
+        if ring is None:
+            return frame
+        at = self._shift_at
+        self._shift_out[:] = ring[at]
+        ring[at] = frame
+        self._shift_at = (at + 1) % ring.shape[0]
+        return self._shift_out
 
     # -- the input callback -------------------------------------------------------------------
     def capture(self, block: np.ndarray) -> np.ndarray:
@@ -404,8 +453,8 @@ class EchoCanceller:
             pos += take
             if self._capture_fill == size:
                 frame.load(pending)
-                if self.stream_delay_ms is not None:
-                    self.apm.set_stream_delay_ms(self.stream_delay_ms)
+                if self._apm_delay_ms is not None:
+                    self.apm.set_stream_delay_ms(self._apm_delay_ms)
                 self.apm.process_stream(frame.audio_frame)
                 self._raw_energy += float(np.dot(pending, pending))
                 self._energy_frames += size

@@ -65,6 +65,8 @@ class EchoMeasurement:
     verdict: str
     underflows: int
     overflows: int
+    #: What the canceller took out live, starting cold (no profile: every turn until now).
+    cold_reduction_db: float | None = None
 
     @property
     def echo_gain_db(self) -> float:
@@ -160,21 +162,36 @@ def measure_echo(*, output: str, input: str, output_device: str | int | None = N
     streams = guard.taps.aligned()
     if streams is None:
         raise DeviceError("nothing was played or captured")
-    return _measured(
-        output, input, streams, np.concatenate(raw),
+    recording = Recording(
+        streams, guard.taps.played.snapshot(), sample_rate, np.concatenate(raw),
         np.concatenate(cleaned)[guard.capture_delay_frames :],
         canceller.activity.first_loud_s, player.underflows, overflows,
     )  # fmt: skip
+    return _measured(output, input, recording)
 
 
-def _measured(output: str, input: str, streams: AlignedStreams, captured: np.ndarray,
-              cleaned: np.ndarray, first_loud_s: float | None, underflows: int,
-              overflows: int) -> EchoMeasurement:  # fmt: skip
+@dataclass(frozen=True)
+class Recording:
+    """What one probe left: both streams as the callbacks saw them (the played blocks as
+    (stamp, position, samples) at `played_rate`), the capture raw and cleaned (aligned), when
+    the probe first sounded, and the streams' glitches."""
+
+    streams: AlignedStreams
+    played_blocks: list[tuple[float, int, np.ndarray]]
+    played_rate: int
+    captured: np.ndarray
+    cleaned: np.ndarray
+    first_loud_s: float | None
+    underflows: int
+    overflows: int
+
+
+def _measured(output: str, input: str, recording: Recording) -> EchoMeasurement:
     """The figures from the recorded streams (see `measure_echo`)."""
-    from vocal.duplex.erle import erle_db
     from vocal.duplex.onset import fit_echo_path
     from vocal.errors import DeviceError
 
+    streams = recording.streams
     rate, reference, mic = streams.rate, streams.reference, streams.raw
     played = np.flatnonzero(reference)
     if played.size == 0:
@@ -191,26 +208,56 @@ def _measured(output: str, input: str, streams: AlignedStreams, captured: np.nda
     lo, hi = max(0, start + shift), min(mic.shape[0], stop + shift)
     if lo < hi:
         heard[lo - start - shift : hi - start - shift] = mic[lo:hi]
-    probe_dbfs = round(dbfs(reference[start:stop][sounding]), 1)
     echo_dbfs = round(dbfs(heard[sounding]), 1)
-    # ERLE over the capture from the probe's first sound on, as the benchmarks measure it
-    # (the canceller's first second skipped).
-    n = min(captured.shape[0], cleaned.shape[0])
+    delay_ms = round(shift * 1000 / rate, 1)
     first = 0
-    if first_loud_s is not None:
-        first = min(n, max(0, streams.base + streams.index(first_loud_s)))
-    reduction: float | None
-    try:
-        reduction = round(erle_db(captured[first:n], cleaned[first:n],
-                                  skip_s=CONVERGED_AFTER_S), 1)  # fmt: skip
-    except ValueError:  # no echo at the microphone at all
-        reduction = None
+    if recording.first_loud_s is not None:
+        first = max(0, streams.base + streams.index(recording.first_loud_s))
+    cold = _reduction_db(recording.captured, recording.cleaned, first)
+    # What a turn with this profile gets: the canceller run again on the same two streams,
+    # in the callbacks' order, told the delay just measured.
+    warm = _reduction_db(*_replayed(recording, round(delay_ms)), first)
     return EchoMeasurement(
-        output=output, input=input, delay_ms=round(shift * 1000 / rate, 1),
-        echo_dbfs=echo_dbfs, probe_dbfs=probe_dbfs, reduction_db=reduction,
+        output=output, input=input, delay_ms=delay_ms, echo_dbfs=echo_dbfs,
+        probe_dbfs=round(dbfs(reference[start:stop][sounding]), 1), reduction_db=warm,
         linear_db=round(path.removed_db, 1) if path is not None else 0.0,
-        verdict=verdict_for(echo_dbfs, reduction), underflows=underflows, overflows=overflows,
+        verdict=verdict_for(echo_dbfs, warm), underflows=recording.underflows,
+        overflows=recording.overflows, cold_reduction_db=cold,
     )  # fmt: skip
+
+
+def _reduction_db(captured: np.ndarray, cleaned: np.ndarray, first: int) -> float | None:
+    """ERLE from sample `first` (the probe's first sound) on, the canceller's first second
+    skipped, as the benchmarks measure it; None when nothing reached the microphone."""
+    from vocal.duplex.erle import erle_db
+
+    n = min(captured.shape[0], cleaned.shape[0])
+    try:
+        return round(erle_db(captured[first:n], cleaned[first:n], skip_s=CONVERGED_AFTER_S), 1)
+    except ValueError:
+        return None
+
+
+def _replayed(recording: Recording, stream_delay_ms: int) -> tuple[np.ndarray, np.ndarray]:
+    """(captured, cleaned) from a fresh canceller given the recording's blocks in the order
+    their callbacks ran, as `EchoCanceller(stream_delay_ms=...)` would clean them live."""
+    from vocal.duplex.aec import EchoCanceller, fresh_apm
+
+    canceller = EchoCanceller(render_sample_rate=recording.played_rate, apm=fresh_apm(),
+                              raw_when_quiet_s=None,
+                              stream_delay_ms=stream_delay_ms)  # fmt: skip
+    raw_blocks = recording.streams.raw_blocks
+    events = sorted([(stamp, 0, i) for i, (stamp, _, _) in enumerate(recording.played_blocks)]
+                    + [(stamp, 1, i) for i, (stamp, _, _) in enumerate(raw_blocks)])  # fmt: skip
+    captured, cleaned = [], []
+    for _, kind, i in events:
+        if kind == 0:
+            canceller.render(recording.played_blocks[i][2].copy())
+        else:
+            captured.append(raw_blocks[i][2])
+            cleaned.append(canceller.capture(raw_blocks[i][2].copy()))
+    delay = canceller.capture_delay_frames or 0
+    return np.concatenate(captured), np.concatenate(cleaned)[delay:]
 
 
 __all__ = ["PROBE_S", "EchoMeasurement", "measure_echo", "probe_signal"]

@@ -49,9 +49,13 @@ def check_echo(settings: Settings, *, save: bool = True) -> Check:
 
 def describe(measured: EchoMeasurement) -> str:
     """One line a person reads: the delay, the echo's level, what the canceller took out."""
-    reduction = "not measured (no echo)" if measured.reduction_db is None else (
-        f"{measured.reduction_db:.0f} dB"
-    )  # fmt: skip
+    reduction = "not measured (no echo)"
+    if measured.reduction_db is not None:
+        # Cold: what every turn got before this profile; the first figure, what it gets now.
+        cold = measured.cold_reduction_db
+        reduction = f"{measured.reduction_db:.0f} dB" + (
+            "" if cold is None else f" with this profile ({cold:.0f} dB cold)"
+        )
     glitches = ""
     if measured.underflows or measured.overflows:
         glitches = (f"; {measured.underflows} output underflows, "
