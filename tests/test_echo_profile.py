@@ -23,6 +23,7 @@ from vocal.duplex.echo_profile import (
     HALF_DUPLEX,
     HEADPHONES,
     EchoProfile,
+    learn_delay,
     load_profile,
     profile_for,
     profile_path,
@@ -69,6 +70,16 @@ def test_a_profile_is_kept_per_pair_and_a_bad_record_is_set_aside(vocal_home: Pa
         assert not path.exists()
     # Nothing ever measured: no pactl call, no directory made.
     assert profile_for(vocal_home / "nowhere", None, None) is None
+
+
+def test_a_turn_keeps_its_delay_and_nothing_it_did_not_measure(vocal_home: Path) -> None:
+    learned = learn_delay(vocal_home, "sink", "source", 131.5, now_s=1000.0)
+    assert (learned.delay_ms, learned.source, learned.verdict) == (131.5, "turn", None)
+    assert load_profile(vocal_home, "sink", "source") == learned
+    # Over a doctor's profile: the delay moves, the verdict and levels stay.
+    save_profile(vocal_home, profile(HALF_DUPLEX, output="sink", input="source"))
+    learned = learn_delay(vocal_home, "sink", "source", 140.0, now_s=2000.0)
+    assert (learned.delay_ms, learned.verdict, learned.reduction_db) == (140.0, HALF_DUPLEX, 40.0)
 
 
 def synthetic_recording(delay_samples: int, gain: float, residual: float) -> Recording:
@@ -244,3 +255,17 @@ def test_a_bad_echo_verdict_makes_aec_auto_half_duplex_and_a_good_one_keeps_barg
     assert payload["mode"] == "barge-in" and payload["aec"] is True
     assert payload["echo_profile"]["delay_ms"] == 130.0
     assert "half-duplex" not in stderr
+
+
+@pytest.mark.audio
+def test_a_turn_whose_echo_fit_held_keeps_the_delay_for_the_next(room, vocal_home) -> None:
+    code, payload, stderr = converse_turn()
+    assert code == 4, stderr
+    learned = payload["learned_echo_delay_ms"]
+    assert payload["tail_audio"]["echo_removed_db"] >= 30 and learned is not None, payload
+    kept = load_profile(vocal_home, *device_pair(None, None))
+    assert kept is not None and kept.source == "turn" and kept.delay_ms == learned
+    assert abs(learned - click_delay_ms()) <= 20  # another stream pair, another rate
+    # The next turn starts from it.
+    code, payload, stderr = converse_turn()
+    assert payload["echo_profile"]["delay_ms"] == learned, stderr

@@ -43,7 +43,7 @@ from vocal.duplex.adapters import INPUT_TIMEOUT_S, SpeechOutput, TurnSource
 from vocal.duplex.echo_guard import EchoGuard
 from vocal.duplex.options import ConverseOptions, ConverseResult
 from vocal.duplex.outcome import TurnParts, converse_result, record_history
-from vocal.errors import DeviceError, UsageError
+from vocal.errors import DeviceError, UsageError, VocalError
 from vocal.floor.phases import TurnPhase
 
 if TYPE_CHECKING:
@@ -130,6 +130,7 @@ def converse(
     result = run.run()
     result.aec_detection = detection.kind.value if detection is not None else None
     result.echo_profile = profile.to_dict() if profile is not None else None
+    result.learned_echo_delay_ms = run.parts.learned_delay_ms
     return result
 
 
@@ -202,6 +203,7 @@ class _Run:
             lambda: loader.wait(10.0) if loader is not None else None,
             lambda: loader.close() if loader is not None else None,
             lambda: turn_loader.wait(10.0) if turn_loader is not None else None,
+            lambda: parts.learner.join(1.0) if parts.learner is not None else None,
         ):
             with contextlib.suppress(Exception):
                 closer()
@@ -384,11 +386,16 @@ class _Run:
             from vocal.duplex.handoff import handover_blocks
 
             handed_over, echo_free, parts.tail_audio = handover_blocks(echo_guard, recent, ended_s)
+            self._learn_delay(parts.tail_audio["echo_removed_db"], parts.tail_audio["delay_ms"])
             if handed_over is not None:
                 parts.echo_free = echo_free
                 return handed_over, None
         if parts.barge_in:
-            tail_s = (BargeInOptions().tail_inhibit_ms / 1000) if parts.use_aec else 0.0
+            # The detector's own tail window: longer after a long echo delay (EchoGuard.watch).
+            tail_ms = (
+                detector.options if detector is not None else BargeInOptions()
+            ).tail_inhibit_ms
+            tail_s = tail_ms / 1000 if parts.use_aec else 0.0
             return [], ended_s + tail_s
         return [], ended_s + REVERB_GAP_MS / 1000
 
@@ -460,6 +467,29 @@ class _Run:
         speech.resume()
         return True
 
+    def _learn_delay(self, removed_db: float | None, delay_ms: float | None) -> None:
+        """Keep the echo delay of a fit that held (vocal.duplex.echo_profile.learn_delay) for
+        the next turn's canceller, in a thread while the person talks: the file is written off
+        the turn's path, and a state directory that cannot take it never fails the turn."""
+        from vocal.duplex.echo_profile import LEARN_MIN_REMOVED_DB, learn_delay
+
+        parts = self.parts
+        if removed_db is None or delay_ms is None or removed_db < LEARN_MIN_REMOVED_DB:
+            return
+        if parts.learner is not None:
+            return  # one per turn: the first fit that held
+        home, options, settings = self.settings.home, self.options, self.settings
+        devices = (options.output_device or settings.output_device,
+                   options.input_device or settings.input_device)  # fmt: skip
+
+        def learn() -> None:
+            with contextlib.suppress(VocalError, OSError):
+                parts.learned_delay_ms = learn_delay(home, *devices, delay_ms,
+                                                     now_s=time.time()).delay_ms  # fmt: skip
+
+        parts.learner = threading.Thread(target=learn, name="vocal-echo-learn", daemon=True)
+        parts.learner.start()
+
     def _kept_blocks(
         self, detector: BargeInDetector, recent: collections.deque[Block], fit: OnsetFit
     ) -> list[Block]:
@@ -472,6 +502,8 @@ class _Run:
         echo_free = fit.result()
         parts.onset_fit_s = fit.fit_s
         parts.onset_removed_db = echo_free.removed_db if echo_free is not None else None
+        if echo_free is not None:
+            self._learn_delay(echo_free.removed_db, echo_free.delay_ms)
         kept, clean = kept_after_barge_in(detector, parts.onset_s, recent, echo_free)
         parts.echo_free = echo_free if clean else None
         return kept

@@ -200,7 +200,7 @@ def _measured(output: str, input: str, recording: Recording) -> EchoMeasurement:
     lags = (round(DELAY_RANGE_S[0] * rate), round(DELAY_RANGE_S[1] * rate))
     # The echo of [start, stop) arrives up to the longest delay later.
     path = fit_echo_path(reference, mic, slice(start, min(mic.shape[0], stop + lags[1])), lags)
-    shift = 0 if path is None else path.lag + int(np.argmax(np.abs(path.h)))
+    shift = 0 if path is None else path.delay_samples
     # Levels over the probe's bursts (its gaps are digital silence), the echo's shifted by
     # the delay: what a person would call the probe's and the echo's loudness.
     sounding = reference[start:stop] != 0

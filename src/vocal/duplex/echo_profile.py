@@ -42,6 +42,11 @@ NO_ECHO_DBFS = -60.0
 
 FULL_DUPLEX, HEADPHONES, HALF_DUPLEX = "full-duplex", "use-headphones", "half-duplex"
 VERDICTS = (FULL_DUPLEX, HEADPHONES, HALF_DUPLEX)
+#: Who measured a profile: `vocal doctor --echo`, or a converse turn's echo fit.
+SOURCES = ("doctor", "turn")
+#: A turn's echo fit must remove this much (dB) for its delay to be kept: it then holds on
+#: the whole reply (the hand-over's own bar, `HANDOVER_MIN_REMOVED_DB`).
+LEARN_MIN_REMOVED_DB = 30.0
 #: Where profiles live in the state directory (`vocal.floor.statedir.STATE_ENTRY_NAMES`).
 PROFILE_DIR_NAME = "echo"
 #: Echo delays a profile may hold (ms): output latency + the room + input latency.
@@ -56,15 +61,17 @@ class EchoProfile:
     callback (I/O latency included), which is what AEC3's stream delay means here.
     `echo_dbfs`: the echo's level at the microphone during the probe (RMS). `echo_gain_db`:
     that level over the probe's own. `reduction_db`: what the canceller took out of the echo
-    after its first second (ERLE; None: not measured). `verdict`: one of `VERDICTS`."""
+    after its first second (ERLE; None: not measured). `verdict`: one of `VERDICTS`. A turn
+    that fitted the reply's echo well (`learn_delay`, `source` "turn") keeps only the delay:
+    the other fields stay as `vocal doctor --echo` left them, or None (not judged)."""
 
     output: str
     input: str
     delay_ms: float
-    echo_dbfs: float
-    echo_gain_db: float
+    echo_dbfs: float | None
+    echo_gain_db: float | None
     reduction_db: float | None
-    verdict: str
+    verdict: str | None
     measured_at: float
     source: str = "doctor"
 
@@ -99,8 +106,10 @@ def parse_profile(data: object) -> EchoProfile:
                                               "echo_gain_db": (-200.0, 100.0),
                                               "reduction_db": (-100.0, 200.0),
                                               "measured_at": (0.0, 1e11)})  # fmt: skip
-    if profile.verdict not in VERDICTS:
+    if profile.verdict is not None and profile.verdict not in VERDICTS:
         raise BadRecord(f"verdict: {profile.verdict[:40]!r} is not one of {', '.join(VERDICTS)}")
+    if profile.source not in SOURCES:
+        raise BadRecord(f"source: {profile.source[:40]!r} is not one of {', '.join(SOURCES)}")
     return profile
 
 
@@ -124,6 +133,25 @@ def profile_for(home: Path, output_device: str | None,
     return load_profile(home, *device_pair(output_device, input_device))
 
 
+def learn_delay(home: Path, output_device: str | None, input_device: str | None,
+                delay_ms: float, *, now_s: float) -> EchoProfile:  # fmt: skip
+    """Keep the echo delay a turn measured (its reply's echo fit) for the pair these devices
+    make: the pair's profile with the new delay, or a new profile with nothing else judged."""
+    import dataclasses
+
+    from vocal.audio.endpoints import device_pair
+
+    output, input = device_pair(output_device, input_device)
+    known = load_profile(home, output, input)
+    if known is None:
+        known = EchoProfile(output=output, input=input, delay_ms=delay_ms, echo_dbfs=None,
+                            echo_gain_db=None, reduction_db=None, verdict=None,
+                            measured_at=now_s, source="turn")  # fmt: skip
+    learned = dataclasses.replace(known, delay_ms=delay_ms, measured_at=now_s, source="turn")
+    save_profile(home, learned)
+    return learned
+
+
 def save_profile(home: Path, profile: EchoProfile) -> Path:
     """Keep `profile` for its pair (replacing the last one); returns the file written."""
     path = profile_path(home, profile.output, profile.input)
@@ -138,9 +166,11 @@ __all__ = [
     "HALF_DUPLEX",
     "HALF_DUPLEX_DB",
     "HEADPHONES",
+    "LEARN_MIN_REMOVED_DB",
     "NO_ECHO_DBFS",
     "VERDICTS",
     "EchoProfile",
+    "learn_delay",
     "load_profile",
     "parse_profile",
     "profile_for",

@@ -174,6 +174,7 @@ def handover_blocks(guard: EchoGuard, recent: Iterable[Block],
         "echo_removed_db": echo_free.removed_db if echo_free is not None else None,
         "fit_s": round(time.monotonic() - started_s, 3),
         "speech_before_end_s": None if onset_s is None else round(ended_s - onset_s, 3),
+        "delay_ms": echo_free.delay_ms if echo_free is not None else None,
     }
     if echo_free is None or echo_free.removed_db < HANDOVER_MIN_REMOVED_DB:
         return None, None, report

@@ -150,6 +150,11 @@ class EchoPath:
     h: np.ndarray
     removed_db: float
 
+    @property
+    def delay_samples(self) -> int:
+        """The strongest tap: where the direct sound of a played sample comes back."""
+        return self.lag + int(np.argmax(np.abs(self.h)))
+
 
 def fit_echo_path(reference: np.ndarray, raw: np.ndarray, fit: slice,
                   lags: tuple[int, int]) -> EchoPath | None:  # fmt: skip
@@ -307,6 +312,12 @@ class EchoFreeOnset:
     def removed_db(self) -> float:
         """Echo removed on the fit stretch, dB."""
         return round(self.path.removed_db, 1)
+
+    @property
+    def delay_ms(self) -> float:
+        """The echo's delay from the output callback to the input callback, ms (what an echo
+        profile keeps: vocal.duplex.echo_profile)."""
+        return round(self.path.delay_samples * 1000 / SAMPLE_RATE, 1)
 
     def raw_for(self, block: Block) -> tuple[int, np.ndarray] | None:
         """The raw record made in the same callback as a captured block (the last one stamped

@@ -74,6 +74,8 @@ class ConverseResult:
     #: The device pair's echo profile the turn used (`vocal doctor --echo`: its delay went to
     #: the canceller; a "half-duplex" verdict made `mode` half-duplex); None: none kept.
     echo_profile: dict[str, Any] | None = None
+    #: The echo delay this turn measured and kept for the next (ms; None: no fit held).
+    learned_echo_delay_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What `vocal converse --json` prints."""
@@ -93,6 +95,7 @@ class ConverseResult:
             "aec": self.aec,
             "aec_detection": self.aec_detection,
             "echo_profile": self.echo_profile,
+            "learned_echo_delay_ms": self.learned_echo_delay_ms,
             "end_reason": self.listen.end_reason if self.listen else None,
             # The end-of-turn stage's verdict on each pause of the answer (vocal.hearing.endofturn).
             "turn": self.listen.turn if self.listen else None,
