@@ -4,6 +4,8 @@ Audio tests (`pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 PortAudio streams on a PulseAudio null sink that belongs to this session
 (tests/harness/pulse.py). scripts/test installs and starts PulseAudio; without it, audio tests
 fail on CI and are skipped elsewhere (a developer's Mac, say) with the reason.
+VOCAL_TEST_SOUND_SERVER=pipewire runs the session on a private PipeWire server
+(scripts/pipewire-up) instead: the same sinks, through pipewire-pulse.
 
 Helpers live in the `harness` package (tests/harness/); this file holds only fixtures.
 """
@@ -15,7 +17,17 @@ from pathlib import Path
 
 import pytest
 
-from harness.pulse import PulseSinks, pulse_available, session_prefix, warm_up_streams
+from harness.pulse import (
+    SOUND_SERVER,
+    PulseSinks,
+    missing_programs,
+    session_prefix,
+    warm_up_streams,
+)
+
+
+def pytest_report_header() -> str:
+    return f"sound server: {SOUND_SERVER} (VOCAL_TEST_SOUND_SERVER)"
 
 
 @pytest.fixture(autouse=True)
@@ -51,10 +63,12 @@ def shared_tts_cache(vocal_home: Path, tts_cache: Path, monkeypatch: pytest.Monk
 @pytest.fixture(scope="session")
 def pulse() -> PulseSinks:
     """This session's null sinks, with this process and its children routed to them."""
-    if not pulse_available():
+    missing = missing_programs()
+    if missing:
+        what = f"{SOUND_SERVER} is not installed (no {', '.join(missing)})"
         if os.environ.get("CI"):
-            pytest.fail("PulseAudio is not installed: scripts/test installs it")
-        pytest.skip("PulseAudio is not installed (scripts/test installs it on Debian/Ubuntu)")
+            pytest.fail(f"{what}: scripts/test installs it")
+        pytest.skip(f"{what}; scripts/test installs it on Debian/Ubuntu")
     sinks = PulseSinks(session_prefix()).load()
     warm_up_streams(sinks)
     os.environ.update(sinks.route())

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.converse import LONG_REPLY, NEAR_WORDS, barge_in, converse, words_in
+from harness.converse import near_wav as write_near_wav
 from harness.room import running_room, without_room_stall
 from harness.runner import run_vocal, start_vocal
 from harness.sounds import espeak
@@ -30,13 +32,8 @@ pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 #: ~3 s of hibari speech; words the person never says.
 REPLY = "The build finished, and all forty two tests passed in the docs folder."
 REPLY_WORDS = ("build", "finished", "forty", "passed", "docs", "folder")
-#: ~6 s: long enough to be cut.
-LONG_REPLY = (
-    "The build finished. All forty two tests passed, and the report is in the docs folder. "
-    "I also cleaned up the old branches and merged the release notes."
-)
-NEAR = "please stop and open the settings file"
-NEAR_WORDS = ("open", "settings")
+# LONG_REPLY (~6 s, long enough to be cut), the person's NEAR and its NEAR_WORDS, converse() and
+# the barge-in run are in harness.converse: the sound-server smoke test runs them too.
 
 
 @pytest.fixture(scope="module")
@@ -47,21 +44,7 @@ def room(pulse):
 
 @pytest.fixture(scope="module")
 def near_wav(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("near") / "near.wav"
-    write_wav(path, espeak(NEAR))
-    return path
-
-
-def converse(*args: str, timeout_s: float = 60) -> tuple[int, dict, str]:
-    proc = start_vocal("converse", *args, "--json", "--no-speech-timeout", "1.5")
-    out, err = proc.communicate(timeout=timeout_s)
-    payload = json.loads(out) if out.strip() else {}
-    return proc.returncode, payload, err.decode()
-
-
-def words_in(text: str, words: tuple[str, ...]) -> list[str]:
-    lowered = text.lower()
-    return [w for w in words if w in lowered]
+    return write_near_wav(tmp_path_factory.mktemp("near"))
 
 
 def floor() -> Conch:
@@ -122,11 +105,7 @@ def test_echo_only_never_barges_in_nor_transcribes_the_reply(room) -> None:
 
 # -- barge-in ------------------------------------------------------------------------------------
 def test_near_end_speech_stops_the_reply_and_is_transcribed(room, near_wav) -> None:
-    def barge_in() -> tuple:
-        near_id = room.say(near_wav, delay_s=2.0, after="far")
-        return near_id, *converse(LONG_REPLY)
-
-    near_id, code, result, err = without_room_stall(room, barge_in)
+    near_id, code, result, err = barge_in(room, near_wav)
     assert code == 0, err
     assert result["interrupted"] is True, result
     # Heard from the raw microphone minus the reply's fitted echo when the fit held (it did in

@@ -20,11 +20,9 @@ import time
 
 import pytest
 
-from harness.listen_audio import join, silence, trimmed
+from harness.listen_audio import join, play, silence, trimmed
 from harness.runner import start_vocal
 from harness.words import word_error_rate
-from vocal.audio.player import Player
-from vocal.audio.wav import Audio
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 
@@ -35,18 +33,6 @@ MAX_WER = 0.15
 #: How late after the speech the recording may end: the 700 ms window plus slack for the
 #: device's buffers and a loaded 2-core machine.
 END_SLACK_S = 0.5
-
-
-def play(audio: Audio) -> float:
-    """Play `audio` into the speaker sink; the monotonic time its last sample was played."""
-    player = Player(audio.sample_rate).open()
-    try:
-        player.play(audio.mono_samples)
-        player.finish()
-        assert player.wait(audio.duration_s + 10), "playback did not finish"
-        return time.monotonic()
-    finally:
-        player.close()
 
 
 def test_listen_ends_on_its_own_after_the_speech() -> None:

@@ -3,11 +3,13 @@
 Making sounds and scoring words:
     sounds        espeak-ng speech, tones, padding with silence
     words         word error rates (plain Python)
-    listen_audio  test audio for listening: voiced spans, pauses, noise
+    listen_audio  test audio for listening: voiced spans, pauses, noise; play it to the sink
     corpus        the real-speech corpus that scripts/corpus builds (tests/corpus/README.md)
 
-Real audio on a private PulseAudio server (audio tests):
-    pulse         the session's null sinks and their routing; warm_up_streams
+Real audio on a private PulseAudio server (audio tests), or PipeWire's pipewire-pulse with
+VOCAL_TEST_SOUND_SERVER=pipewire:
+    pulse         the session's sound server and null sinks, their routing; warm_up_streams;
+                  MonitorCapture (parecord of a monitor)
     room          the echo path between the sinks (also run as a process by path)
     room_effects  its signal processing: RoomConfig, the device effects and noises, and the
                   named conditions (ROOM_CONDITIONS)
@@ -19,6 +21,7 @@ Real audio on a private PulseAudio server (audio tests):
 
 Processes and the floor:
     runner        `vocal ARGS` in a subprocess, as a user runs it
+    converse      `vocal converse` runs and the barge-in over a long reply, on the room
     imports       which modules a `vocal` process loads
     floor         who holds the conch and who waits; waiting for `vocal` processes
     chatterbox_bundle  a tiny Chatterbox ONNX bundle with random weights

@@ -1,6 +1,9 @@
-"""Test audio for listening: speech with known voiced spans, pauses, noise at a set level."""
+"""Test audio for listening: speech with known voiced spans, pauses, noise at a set level, and
+`play` to play it into the speaker sink while `vocal listen` records the sink's monitor."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
@@ -38,3 +41,18 @@ def join(*parts: np.ndarray | Audio) -> Audio:
     """Concatenate samples and Audio (16 kHz mono) into one Audio."""
     arrays = [p.mono_samples if isinstance(p, Audio) else p for p in parts]
     return Audio(np.concatenate(arrays), RATE)
+
+
+def play(audio: Audio) -> float:
+    """Play `audio` into the speaker sink (PULSE_SINK); the monotonic time its last sample was
+    played."""
+    from vocal.audio.player import Player
+
+    player = Player(audio.sample_rate).open()
+    try:
+        player.play(audio.mono_samples)
+        player.finish()
+        assert player.wait(audio.duration_s + 10), "playback did not finish"
+        return time.monotonic()
+    finally:
+        player.close()

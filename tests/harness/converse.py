@@ -1,0 +1,53 @@
+"""`vocal converse` in a subprocess, and the barge-in scenario that the converse tests and the
+sound-server smoke test (tests/test_sound_servers.py) both run on the room harness."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.room import Room, without_room_stall
+from harness.runner import start_vocal
+from harness.sounds import espeak
+from vocal.audio.wav import write_wav
+
+#: ~6 s of hibari speech: long enough to be cut.
+LONG_REPLY = (
+    "The build finished. All forty two tests passed, and the report is in the docs folder. "
+    "I also cleaned up the old branches and merged the release notes."
+)
+#: What the person in the room says over it (espeak-ng), and the words of it that count.
+NEAR = "please stop and open the settings file"
+NEAR_WORDS = ("open", "settings")
+
+
+def near_wav(directory: Path) -> Path:
+    """NEAR spoken by espeak-ng, written to `directory`/near.wav (for Room.say)."""
+    return write_wav(directory / "near.wav", espeak(NEAR))
+
+
+def converse(*args: str, timeout_s: float = 60) -> tuple[int, dict, str]:
+    """`vocal converse ARGS --json --no-speech-timeout 1.5`: exit code, JSON result, stderr."""
+    proc = start_vocal("converse", *args, "--json", "--no-speech-timeout", "1.5")
+    out, err = proc.communicate(timeout=timeout_s)
+    payload = json.loads(out) if out.strip() else {}
+    return proc.returncode, payload, err.decode()
+
+
+def words_in(text: str, words: tuple[str, ...]) -> list[str]:
+    """The `words` found in `text` (case-insensitive)."""
+    lowered = text.lower()
+    return [w for w in words if w in lowered]
+
+
+def barge_in(room: Room, near_wav: Path) -> tuple[Any, int, dict, str]:
+    """The person (`near_wav`) starts talking 2 s into LONG_REPLY; a run in which the room
+    itself stalled is repeated (harness.room.without_room_stall). The person's room id, and
+    converse's exit code, result and stderr."""
+
+    def run() -> tuple:
+        near_id = room.say(near_wav, delay_s=2.0, after="far")
+        return near_id, *converse(LONG_REPLY)
+
+    return without_room_stall(room, run)
