@@ -15,6 +15,7 @@ Real audio on a private PulseAudio server (audio tests):
     conch_audio   tones per process and the monitor recorder; wait_until
     heard         who was heard when: rendered speech found in the monitor recording
     speak_audio   Whisper transcription of what was spoken, a fake speech server, a recorder
+    stt_server    a fake OpenAI-compatible transcription server that checks each request
     person        a simulated person who answers a spoken turn
 
 Processes and the floor:
