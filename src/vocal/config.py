@@ -38,13 +38,26 @@ class Settings:
     # Audio devices: None is PortAudio's default; a number is a device index, text a name part.
     input_device: str | None = None
     output_device: str | None = None
-    # Listening.
+    # Listening. stt_engine: auto (the platform's local engine), faster-whisper, mlx-whisper or
+    # openai (remote, below); stt_model: the local engines' Whisper model (also the fallback's).
     stt_engine: str = "auto"
     stt_model: str = "tiny.en"
     language: str = "en"
     # Beam width of faster-whisper's decoding (mlx-whisper decodes greedily): chosen on the
     # real-speech corpus, benchmarks/decode (issue 16).
     stt_beam_size: int = 5
+    # Remote recognition (issue 21, vocal.stt.openai): stt_engine "openai" uploads each turn's
+    # utterance once to {openai_stt_base_url}/audio/transcriptions (unset: openai_base_url),
+    # with the key in OPENAI_API_KEY; openai_stt_timeout_s bounds the whole request, retries
+    # included; openai_stt_prompt is sent as the recognizer's prompt (names, jargon).
+    # stt_fallback: when the remote engine fails, the same utterance is transcribed by a local
+    # engine ("local": the platform's own, or faster-whisper, mlx-whisper) with stt_model;
+    # unset, the failure is the turn's error (exit 5).
+    openai_stt_base_url: str | None = None
+    openai_stt_model: str = "whisper-1"
+    openai_stt_timeout_s: float = field(default=10.0, metadata=_env("VOCAL_OPENAI_STT_TIMEOUT"))
+    openai_stt_prompt: str | None = None
+    stt_fallback: str | None = None
     # End of turn (issue 16, vocal.hearing.endofturn): after turn_check_ms of silence the turn model
     # (Smart Turn v3 and the early transcript's last words) judges the pause: complete ends the
     # turn at once, unfinished waits up to max_pause_ms of silence, undecided (or turn_model
@@ -188,6 +201,7 @@ def env_name(f: dataclasses.Field) -> str:
 SETTING_RANGES: dict[str, tuple[float, float]] = {
     "speed": (0.25, 4.0),
     "sentence_pause_ms": (0, 5000),
+    "openai_stt_timeout_s": (0.1, 600.0),
 }
 
 

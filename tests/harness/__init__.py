@@ -17,6 +17,7 @@ VOCAL_TEST_SOUND_SERVER=pipewire:
     conch_audio   tones per process and the monitor recorder; wait_until
     heard         who was heard when: rendered speech found in the monitor recording
     speak_audio   Whisper transcription of what was spoken, a fake speech server, a recorder
+    stt_server    a fake OpenAI-compatible transcription server that checks each request
     person        a simulated person who answers a spoken turn
 
 Processes and the floor:

@@ -56,6 +56,21 @@ def max_pause_ms_option() -> Any:
     )
 
 
+def stt_engine_help() -> str:
+    """The recognition engines an `--engine`/`--stt-engine` option takes (no import)."""
+    return ("Speech recognition engine: auto (local: faster-whisper, or mlx-whisper on Apple "
+            "Silicon), faster-whisper, mlx-whisper, or openai (remote: the utterance goes to "
+            "openai_stt_base_url, key in OPENAI_API_KEY).")  # fmt: skip
+
+
+def report_fallback(result: Any) -> None:
+    """On stderr: the remote recognizer failed and its local fallback made the transcript."""
+    reason = getattr(result, "stt_fallback_reason", None)
+    if reason:
+        typer.echo(f"vocal: remote recognition failed ({reason}); transcribed by "
+                   f"{result.stt_engine}", err=True)  # fmt: skip
+
+
 def finite(ctx: typer.Context, param: typer.CallbackParam, value: float | None) -> float | None:
     """Callback for float options: NaN and infinity are usage errors (exit 2), reported as
     every vocal error is, on one line. Click's FloatRange lets NaN through, since every

@@ -8,7 +8,9 @@ from vocal.commands._app import (
     command_app,
     finite,
     max_pause_ms_option,
+    report_fallback,
     silence_ms_option,
+    stt_engine_help,
     turn_check_ms_option,
     turn_model_option,
 )
@@ -25,6 +27,7 @@ def converse(
         None, "--voice", help="A voice of the engine, or ENGINE:VOICE (e.g. espeak-ng:en-gb)."
     ),
     engine: str | None = typer.Option(None, "--engine", help="TTS engine (default hibari)."),
+    stt_engine: str | None = typer.Option(None, "--stt-engine", help=stt_engine_help()),
     speed: float | None = typer.Option(
         None,
         "--speed",
@@ -78,6 +81,9 @@ def converse(
     one included, are in the transcript. `vocal control stop` ends the turn (prints
     "[stopped]"), `vocal control skip-forward` cuts to listening, or ends the listening.
 
+    --engine names the voice; --stt-engine the recognizer (openai: the answer is uploaded
+    once, after the turn has ended, and recognized in this process).
+
     The answer ends as `vocal listen`'s does: a pause is judged by the turn model after
     --turn-check-ms; a finished answer ends at once, an unfinished one ("let me think ...") is
     waited for up to --max-pause-ms, anything else ends after --silence-ms.
@@ -101,14 +107,16 @@ def converse(
     if from_stdin:
         started_at_s = time.monotonic()
     settings = load_settings(
-        turn_model=turn_model, turn_check_ms=turn_check_ms, max_pause_ms=max_pause_ms
-    )
+        turn_model=turn_model, turn_check_ms=turn_check_ms, max_pause_ms=max_pause_ms,
+        stt_engine=stt_engine,
+    )  # fmt: skip
     options = ConverseOptions(
         engine=engine, voice=voice, speed=speed, barge_in=barge_in, aec=aec, session=session,
         agent=agent, use_conch=not no_conch, silence_ms=silence_ms,
         no_speech_timeout_s=no_speech_timeout, max_seconds=max_seconds,
     )  # fmt: skip
     result = converse_turn(text, options, settings, started_at_s=started_at_s)
+    report_fallback(result.listen)
     if json_output:
         import json
 

@@ -10,7 +10,9 @@ from vocal.commands._app import (
     command_app,
     finite,
     max_pause_ms_option,
+    report_fallback,
     silence_ms_option,
+    stt_engine_help,
     turn_check_ms_option,
     turn_model_option,
 )
@@ -59,12 +61,11 @@ def listen(
         None,
         "--model",
         "-m",
-        help="Whisper model: tiny.en (embedded), a name such as base.en or small (downloaded "
-        "once), a hub id, or a model directory.",
+        help="Whisper model of a local engine (and of the remote one's fallback): tiny.en "
+        "(embedded), a name such as base.en or small (downloaded once), a hub id, or a model "
+        "directory.",
     ),  # fmt: skip
-    engine: str | None = typer.Option(
-        None, "--engine", help="Speech recognition engine: auto, faster-whisper, mlx-whisper."
-    ),
+    engine: str | None = typer.Option(None, "--engine", help=stt_engine_help()),
     language: str | None = typer.Option(
         None, "--language", "-l", help="Language code, or auto to detect (multilingual models)."
     ),
@@ -85,8 +86,9 @@ def listen(
     terminal a level meter runs on stderr.
 
     Exit codes: 0 ok, 2 a bad option or unreadable input WAV, 4 nobody spoke (or no words were
-    made out), 5 no microphone or the speech engine/model is unavailable, 130 Ctrl-C before
-    anyone spoke (or pressed twice).
+    made out), 5 no microphone or the speech engine/model is unavailable (with --engine openai:
+    the server unreachable, failing or too slow, unless the stt_fallback setting names a local
+    engine to transcribe instead), 130 Ctrl-C before anyone spoke (or pressed twice).
     """
     from vocal.config import load_settings
     from vocal.errors import Interrupted, NoSpeechError
@@ -106,6 +108,7 @@ def listen(
         input_device=device,
     )
     result = listen_turn(settings, vad=vad, seconds=seconds, input_file=input_file)
+    report_fallback(result)
     if save is not None:
         from vocal.audio.wav import write_wav
 

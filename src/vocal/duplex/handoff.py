@@ -199,15 +199,22 @@ def short_words(loader: SttLoader | None, recent: Iterable[Block], from_s: float
                 delay_s: float, fit: OnsetFit) -> str | None:  # fmt: skip
     """The words captured between `from_s` and `to_s` (capture times of the cleaned stream,
     `delay_s` late), from the raw capture minus the reply's echo when the fit is ready and
-    usable, else the canceller's output; None when the recognizer cannot say."""
+    usable, else the canceller's output; None when the recognizer cannot say.
+
+    A remote recognizer is not asked (None: the barge-in stops the reply, as with
+    `barge_in_backchannels` off): the reply is paused while this waits, and a server's round
+    trip, or its deadline when it hangs, would hold the pause far past the second a
+    backchannel is given; it is also a request outside the once per turn of vocal.hearing.early.
+    """
     import numpy as np
 
     from vocal.audio.wav import Audio
+    from vocal.stt import is_remote
 
     if loader is None or not loader.wait(JUDGE_STT_WAIT_S):
         return None
     engine = loader.ready_engine()
-    if engine is None:
+    if engine is None or is_remote(engine):
         return None
     from_s, to_s = from_s - JUDGED_LEAD_S, to_s + JUDGED_TAIL_S
     # The fit (started when the detector fired) is usually done by now; a little wait for it

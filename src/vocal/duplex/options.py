@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 class ConverseOptions:
     """What `vocal converse` was asked to do (None: from settings)."""
 
-    engine: str | None = None
+    engine: str | None = None  # the voice (TTS) engine; the recognizer is the stt_engine setting
     voice: str | None = None
     speed: float | None = None
     barge_in: bool | None = None
@@ -99,6 +99,10 @@ class ConverseResult:
             "end_reason": self.listen.end_reason if self.listen else None,
             # The end-of-turn stage's verdict on each pause of the answer (vocal.hearing.endofturn).
             "turn": self.listen.turn if self.listen else None,
+            # Which recognizer made `text` (a remote engine's local fallback names itself, and
+            # why the remote one failed: vocal.stt.fallback).
+            "stt_engine": self.listen.stt_engine if self.listen else None,
+            "stt_fallback_reason": self.listen.stt_fallback_reason if self.listen else None,
             "timings": {k: _round(v) for k, v in self.timings.items()},
             "clock": self.clock,
             "counters": self.counters,

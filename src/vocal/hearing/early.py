@@ -1,5 +1,21 @@
 """Transcribing during the silence window (`EarlyTranscriber`), before the turn is known to be
 over, so a turn that does end has its transcript (nearly) ready. Used by `listen`.
+
+A remote engine (vocal.stt.openai) is not asked in pauses (`transcribes_early`): it is called
+once per turn, on the final utterance, after the turn has ended. Chosen, not measured against
+the alternative, because early transcription does not pay there:
+
+- The end-of-turn stage holds a pause open until a requested transcript arrives (it confirms
+  or vetoes the end: vocal.hearing.endofturn). Asked of a server, every pause would wait a
+  network round trip, and a slow answer would hold it up to `max_pause_ms`; a local tiny.en
+  answers in ~0.2 s here.
+- Each pause would upload the whole utterance so far again (a turn with three pauses sends its
+  start four times): requests and audio minutes that a paid service bills, and its rate limit.
+- What it would save is one round trip after the last pause; the turn pays that instead.
+
+Without the early transcript the pauses of a remote turn are judged by Smart Turn's audio
+alone (`decide` with no text), so the text's veto ("... and the", a trailing comma) is lost:
+a remote turn ends a little more eagerly on a pause after an unfinished clause.
 """
 
 from __future__ import annotations
@@ -8,10 +24,16 @@ import threading
 from typing import TYPE_CHECKING
 
 from vocal.audio.wav import Audio
-from vocal.stt import SttEngine, Transcript
+from vocal.stt import SttEngine, Transcript, is_remote
 
 if TYPE_CHECKING:
     from vocal.hearing.endofturn import UtteranceKey
+
+
+def transcribes_early(engine: SttEngine) -> bool:
+    """Whether `engine` is asked in pauses: local engines are, remote ones are not (module
+    docstring)."""
+    return not is_remote(engine)
 
 
 class EarlyTranscriber:
@@ -96,4 +118,4 @@ class EarlyTranscriber:
         self._thread.join()
 
 
-__all__ = ["EarlyTranscriber"]
+__all__ = ["EarlyTranscriber", "transcribes_early"]

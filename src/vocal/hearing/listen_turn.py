@@ -61,10 +61,10 @@ def listen_turn(
 
     try:
         options = listen_options(settings, vad=vad, seconds=seconds)
+        loader = stt_loader(settings)
     except UsageError:  # a bad value from VOCAL_* or config.toml
         source.close()
         raise
-    loader = stt_loader(settings)
     turn_loader = None
     if options.vad and options.end_of_turn.enabled:
         from vocal.hearing.smart_turn import TurnModelLoader

@@ -38,7 +38,7 @@ from vocal.audio.vad import (
 from vocal.audio.wav import STT_SAMPLE_RATE, Audio
 from vocal.config import Settings, bad_setting
 from vocal.errors import VocalError
-from vocal.hearing.early import EarlyTranscriber
+from vocal.hearing.early import EarlyTranscriber, transcribes_early
 from vocal.hearing.endofturn import EndOfTurnOptions, PauseJudge, UtteranceKey
 from vocal.hearing.smart_turn import TurnModelLoader
 from vocal.hearing.stt_loading import SttLoader
@@ -149,6 +149,10 @@ class ListenResult:
     overflows: int = 0
     #: The end-of-turn stage's verdict on every pause (None: the stage was off).
     turn: dict[str, Any] | None = None
+    #: The engine that made the transcript (None: nothing was transcribed); with a remote
+    #: engine's local fallback (vocal.stt.fallback), the local one, and why the remote failed.
+    stt_engine: str | None = None
+    stt_fallback_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What `vocal listen --json` prints."""
@@ -162,6 +166,8 @@ class ListenResult:
             "clock": self.clock,
             "overflows": self.overflows,
             "turn": self.turn,
+            "stt_engine": self.stt_engine,
+            "stt_fallback_reason": self.stt_fallback_reason,
         }
 
 
@@ -331,14 +337,21 @@ def listen(
     early: EarlyTranscriber | None = None
     live = getattr(source, "live", True)
 
+    once_per_turn = False  # a remote engine: never asked in pauses (vocal.hearing.early)
+
     def on_pause(endpointer: Endpointer) -> None:
-        nonlocal early
+        nonlocal early, once_per_turn
+        if once_per_turn:
+            return
         if early is None:
             if not isinstance(stt, SttLoader):
                 engine: SttEngine | None = stt
             else:  # a live turn has had the whole utterance to load it; a file waits for it
                 engine = stt.ready_engine() if live else stt.engine()
             if engine is None:  # still loading: the turn will wait for it anyway
+                return
+            if not transcribes_early(engine):
+                once_per_turn = True
                 return
             early = EarlyTranscriber(engine)
         key = (endpointer.speech_start_frame, endpointer.speech_end_frame)
@@ -385,17 +398,20 @@ def listen(
     stt_wait_s = None
     transcribed_at = None
     early_used = False
+    stt_name = None  # the engine that made the transcript
     try:
         if speech_heard and early is not None:
             key = (endpointer.speech_start_frame, endpointer.speech_end_frame)
             transcript = early.result(key)
             early_used = transcript is not None
             stt_wait_s = 0.0
+            stt_name = early.engine.name
         if speech_heard and transcript is None:
             waited = time.monotonic()
             engine = stt.engine() if isinstance(stt, SttLoader) else stt
             stt_wait_s = time.monotonic() - waited
             transcript = engine.transcribe(audio)
+            stt_name = engine.name
         transcribed_at = time.monotonic() if speech_heard else None
     finally:
         if early is not None:
@@ -443,10 +459,17 @@ def listen(
             "speech_ended": marks.speech_end_at,
             "recorded": marks.recorded_at,
             "transcribed": transcribed_at,
+            # When the recognizer had loaded, and had run its warm-up (None: none, or not
+            # loaded in the background): a file is fed faster than the loader, so a benchmark
+            # tells the engine's own latency from its load with these.
+            "stt_ready": stt.ready_at_s if isinstance(stt, SttLoader) else None,
+            "stt_warmed": stt.warmed_at_s if isinstance(stt, SttLoader) else None,
         },
         transcript=transcript,
         overflows=getattr(source, "overflows", 0),
         turn=judge.summary() if judge is not None else None,
+        stt_engine=(transcript.engine or stt_name) if transcript else None,
+        stt_fallback_reason=transcript.fallback_reason if transcript else None,
     )
 
 

@@ -16,31 +16,89 @@ from vocal.stt import SttEngine, load_stt
 def stt_loader(settings: Any, *, beside_playback: bool = False) -> SttLoader:
     """Start loading the configured speech recognizer (`SttLoader`) with its settings; in a
     child process (vocal.hearing.stt_process) for a turn that plays audio meanwhile
-    (`beside_playback`), unless the `stt_process` setting is off."""
-    from vocal.stt import default_engine_name
+    (`beside_playback`), unless the `stt_process` setting is off or the engine is remote.
+
+    A remote engine (vocal.stt.openai) is always loaded in this process: it loads no model,
+    imports only the standard library and then waits on a socket, so there is no long native
+    stretch holding the GIL for a child process to keep away from the reply's audio callbacks,
+    and a child would add its own interpreter start-up and a pipe to every turn. Its
+    local fallback (`stt_fallback`) loads only if the remote call fails, by then after the
+    reply.
+
+    Raises:
+        UsageError: an `stt_fallback` that names no local engine (exit 2).
+    """
+    from vocal.stt import REMOTE_ENGINES, default_engine_name
 
     name = settings.stt_engine if settings.stt_engine != "auto" else default_engine_name()
+    if name in REMOTE_ENGINES:
+        return SttLoader(name, settings.openai_stt_model, warm_up=False,
+                         fallback=fallback_spec(settings), **remote_options(settings))  # fmt: skip
+    loader = ProcessSttLoader if beside_playback and settings.stt_process else SttLoader
+    return loader(settings.stt_engine, settings.stt_model, warm_up=settings.stt_warm_up,
+                  **local_options(settings, name))  # fmt: skip
+
+
+def local_options(settings: Any, name: str) -> dict[str, Any]:
+    """The options a local engine `name` takes from the settings."""
     options: dict[str, Any] = {"language": settings.language}
     if name == "faster-whisper":
         options["beam_size"] = settings.stt_beam_size
-    loader = ProcessSttLoader if beside_playback and settings.stt_process else SttLoader
-    return loader(settings.stt_engine, settings.stt_model, warm_up=settings.stt_warm_up,
-                  **options)  # fmt: skip
+    return options
+
+
+def remote_options(settings: Any) -> dict[str, Any]:
+    """The remote engine's options (vocal.stt.openai) from the settings: its base URL falls
+    back to `openai_base_url`, the one the OpenAI speech engine uses."""
+    return {
+        "language": settings.language,
+        "base_url": settings.openai_stt_base_url or settings.openai_base_url,
+        "timeout_s": settings.openai_stt_timeout_s,
+        "prompt": settings.openai_stt_prompt,
+    }
+
+
+def fallback_spec(settings: Any) -> dict[str, Any] | None:
+    """What `FallbackStt` (vocal.stt.fallback) loads when the remote engine fails: the local
+    engine `stt_fallback` names ("local"/"auto": the platform's own) with `stt_model`; None
+    when the setting is unset."""
+    from vocal.errors import UsageError
+    from vocal.stt import ENGINES, REMOTE_ENGINES, default_engine_name
+
+    wanted = (settings.stt_fallback or "").strip()
+    if not wanted:
+        return None
+    local = default_engine_name() if wanted in ("local", "auto") else wanted
+    if local not in ENGINES or local in REMOTE_ENGINES:
+        known = ", ".join(n for n in ENGINES if n not in REMOTE_ENGINES)
+        raise UsageError(f"setting 'stt_fallback' must name a local engine, got {wanted!r}",
+                         hint=f"local, or one of {known}")  # fmt: skip
+    return {"local": local, "local_model": settings.stt_model,
+            "local_options": local_options(settings, local)}  # fmt: skip
 
 
 # -- the engine, loaded in the background --------------------------------------------------------
 class SttLoader:
-    """Imports and loads a speech-to-text engine in a daemon thread, started at construction.
+    """Imports and loads a speech-to-text engine in a daemon thread, started at construction
+    (with `fallback`, a remote engine wrapped in vocal.stt.fallback.FallbackStt).
 
     `engine()` waits for it and returns it, or raises what loading raised (an `EngineError`
     with its exit code 5). `load_s` is how long loading took; `ready_at_s` when it finished.
     """
 
     def __init__(
-        self, name: str = "auto", model: str = "tiny.en", *, warm_up: bool = True, **options: Any
+        self,
+        name: str = "auto",
+        model: str = "tiny.en",
+        *,
+        warm_up: bool = True,
+        fallback: dict[str, Any] | None = None,
+        **options: Any,
     ) -> None:
         self.name, self.model, self.options = name, model, options
         self.warm_up = warm_up
+        #: A local engine to stand in when a remote one fails (`fallback_spec`); None: none.
+        self.fallback = fallback
         self.started_at_s = time.monotonic()
         self.ready_at_s: float | None = None
         #: When the engine's warm-up run ended (None: none, or not yet).
@@ -52,7 +110,12 @@ class SttLoader:
 
     def _run(self) -> None:
         try:
-            self._engine = load_stt(self.name, self.model, **self.options)
+            if self.fallback is not None:
+                from vocal.stt.fallback import FallbackStt
+
+                self._engine = FallbackStt(self.name, self.model, self.options, **self.fallback)
+            else:
+                self._engine = load_stt(self.name, self.model, **self.options)
         except BaseException as exc:  # re-raised in the caller's thread by engine()
             self._error = exc
         finally:

@@ -50,6 +50,7 @@ FIRST_BLOCK_TIMEOUT_S = 3.0
 ENGINE_MODULES: dict[str, str] = {
     "faster-whisper": "faster_whisper",
     "mlx-whisper": "mlx_whisper",
+    "openai": "vocal.stt.openai",  # remote: the standard library only
     "hibari": "hibari",
 }
 MIC_PERMISSION_FIX = (

@@ -81,10 +81,11 @@ def fetch(choices: SetupChoices, settings: Settings) -> list[str]:
     fetched = []
     resume = "an interrupted download resumes where it stopped"
     if choices.stt_model is not None:
-        from vocal.stt import load_stt
+        from vocal.stt import load_stt, local_engine_name
 
         status(f"fetching the speech recognition model {choices.stt_model} ({resume})")
-        load_stt(settings.stt_engine, choices.stt_model)  # fetched into the hub cache, loaded
+        # fetched into the hub cache and loaded (a remote recognizer's fallback uses it)
+        load_stt(local_engine_name(settings.stt_engine), choices.stt_model)
         status(f"speech recognition model {choices.stt_model} is ready")
         fetched.append(f"stt:{choices.stt_model}")
     if "chatterbox" in choices.fetch_engines:

@@ -68,9 +68,11 @@ def _synthesize(settings: Settings) -> None:
 
 
 def _load_stt(settings: Settings) -> None:
-    from vocal.stt import load_stt
+    from vocal.stt import REMOTE_ENGINES, load_stt, local_engine_name
 
-    load_stt(settings.stt_engine, settings.stt_model)
+    if settings.stt_engine in REMOTE_ENGINES and not settings.stt_fallback:
+        return  # a remote recognizer loads no model, and none stands in for it
+    load_stt(local_engine_name(settings.stt_engine), settings.stt_model)
 
 
 def _audio() -> None:

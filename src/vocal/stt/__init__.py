@@ -22,24 +22,35 @@ if TYPE_CHECKING:
 ENGINES: dict[str, str] = {
     "faster-whisper": "vocal.stt.faster_whisper:FasterWhisperEngine",
     "mlx-whisper": "vocal.stt.mlx_whisper:MlxWhisperEngine",
+    "openai": "vocal.stt.openai:OpenAiSttEngine",
 }
+#: Engines that send the audio to a server: they load no model (nothing to hide in a child
+#: process) and are called once per turn, not in pauses (vocal.hearing.early).
+REMOTE_ENGINES = frozenset({"openai"})
 #: What to `pip install` when an engine's import fails.
 INSTALL_HINTS: dict[str, str] = {
     "faster-whisper": "pip install faster-whisper",
     "mlx-whisper": "pip install --no-deps mlx-whisper (Apple Silicon; its declared torch "
     "dependency is not needed)",
+    "openai": "it needs only the standard library: reinstall vocal",
 }
 
 
 @dataclass(frozen=True)
 class Transcript:
-    """What an engine heard: text, language, and how long decoding took."""
+    """What an engine heard: text, language, and how long decoding took.
+
+    `engine` names the engine that made it (None: the engine it was asked of; a remote
+    engine's local fallback names the local one); `fallback_reason` is why the local fallback
+    made it instead of the remote engine (vocal.stt.fallback), None when it did not."""
 
     text: str
     language: str | None = None
     duration_s: float = 0.0
     transcribe_s: float = 0.0
     segments: list[dict] = field(default_factory=list)
+    engine: str | None = None
+    fallback_reason: str | None = None
 
 
 class SttEngine(Protocol):
@@ -59,8 +70,22 @@ def default_engine_name() -> str:
     return "faster-whisper"
 
 
+def local_engine_name(name: str) -> str:
+    """The local engine that loads the `stt_model` setting's model for engine setting `name`:
+    `name` itself, or the platform's own for "auto" and a remote engine (whose local fallback
+    uses that model)."""
+    return default_engine_name() if name == "auto" or name in REMOTE_ENGINES else name
+
+
+def is_remote(engine: object) -> bool:
+    """Whether `engine` sends the audio to a server (an engine without the `remote` attribute
+    runs here)."""
+    return bool(getattr(engine, "remote", False))
+
+
 def load_stt(name: str = "auto", model: str = "tiny.en", **options: object) -> SttEngine:
-    """Import and load engine `name` ("auto" picks by platform) with `model`."""
+    """Import and load engine `name` ("auto" picks by platform, never a remote engine) with
+    `model`."""
     if name == "auto":
         name = default_engine_name()
     target = ENGINES.get(name)

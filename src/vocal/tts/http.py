@@ -3,9 +3,9 @@
 Keys come from the environment (OPENAI_API_KEY, ELEVENLABS_API_KEY), never from flags, so they
 stay out of shell history and `ps`. Base URLs, models and the timeout are settings
 (VOCAL_OPENAI_BASE_URL, VOCAL_ELEVENLABS_BASE_URL, VOCAL_TTS_HTTP_TIMEOUT, ...). Every request
-has a deadline: connecting and each read are bounded by `tts_http_timeout_s`, and so is the
-whole body, so a server that trickles bytes cannot hang a turn. Standard library only (urllib):
-one POST per sentence needs no client library.
+has a deadline, `tts_http_timeout_s`, for connecting, each read and the whole body, so a server
+that trickles bytes cannot hang a turn (vocal.net.client, shared with the recognition engine).
+Standard library only (urllib): one POST per sentence needs no client library.
 """
 
 from __future__ import annotations
@@ -13,21 +13,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
-import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vocal.errors import EngineError, UsageError
+from vocal.net import client
 from vocal.tts import INSTALL_HINTS, TtsEngine, unknown_voice
 
 if TYPE_CHECKING:
     import numpy as np
 
 DEFAULT_TIMEOUT_S = 20.0
-_MAX_BODY_BYTES = 64 * 1024 * 1024  # a minute of 24 kHz float audio is 5.8 MB
 OPENAI_URL = "https://api.openai.com/v1"
 #: OpenAI's voices; another compatible server may have others, so only OpenAI's are checked.
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage",
@@ -42,45 +38,12 @@ def _setting(settings: Any, name: str, default: Any) -> Any:
 
 
 def post(url: str, payload: dict[str, Any], headers: dict[str, str], timeout_s: float) -> bytes:
-    """POST `payload` as JSON and return the body; every failure is one clear EngineError."""
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(payload).encode("utf-8"),
-        headers={"Content-Type": "application/json", **headers},
-        method="POST",
-    )
-    shown = urllib.parse.urlsplit(url)._replace(query="").geturl()
-    deadline = time.monotonic() + timeout_s
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310
-            chunks, size = [], 0
-            while True:
-                chunk = response.read(64 * 1024)
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > _MAX_BODY_BYTES:
-                    raise EngineError(f"{shown} sent more than {_MAX_BODY_BYTES >> 20} MB")
-                if time.monotonic() > deadline:
-                    raise EngineError(f"{shown} took more than {timeout_s:g} s to answer")
-            return b"".join(chunks)
-    except urllib.error.HTTPError as exc:
-        detail = exc.read(300).decode("utf-8", errors="replace").strip().replace("\n", " ")
-        if exc.code in (401, 403):
-            raise EngineError(
-                f"{shown} rejected the API key (HTTP {exc.code})", hint="check the key variable"
-            ) from None
-        raise EngineError(f"{shown} answered HTTP {exc.code}: {detail[:200]}") from None
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        if isinstance(reason, (socket.timeout, TimeoutError)):
-            raise EngineError(f"{shown} did not answer within {timeout_s:g} s") from None
-        raise EngineError(f"cannot reach {shown}: {reason}") from None
-    except TimeoutError:
-        raise EngineError(f"{shown} did not answer within {timeout_s:g} s") from None
-    except (ConnectionError, OSError) as exc:
-        raise EngineError(f"cannot reach {shown}: {exc}") from None
+    """POST `payload` as JSON and return the body; every failure is one clear EngineError
+    (vocal.net.client: the deadline, the body cap and the messages). Not retried, as before the
+    client was shared: what a retry would cost a sentence's place in the reply is unmeasured."""
+    body = json.dumps(payload).encode("utf-8")
+    headers = {"Content-Type": "application/json", **headers}
+    return client.post(url, body, headers, timeout_s=timeout_s)
 
 
 class OpenAiEngine(TtsEngine):

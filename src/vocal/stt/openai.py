@@ -1,0 +1,147 @@
+"""Remote recognition: any server speaking OpenAI's `POST {base}/audio/transcriptions`.
+
+The utterance the endpointer handed over (16 kHz mono, the same audio a local engine gets) is
+uploaded once per turn as a 16-bit WAV in a `multipart/form-data` body: `file`, `model`,
+`language` when it is known, `prompt` when one is set (vocabulary the recognizer should expect),
+and `response_format=json`; the answer is `{"text": ...}`. Once per turn, not in every pause:
+vocal.hearing.early says why.
+
+Settings: `openai_stt_base_url` (unset: `openai_base_url`, which the OpenAI speech engine also
+uses), `openai_stt_model` (whisper-1), `openai_stt_timeout_s` (the deadline for the whole
+exchange, retries included), `openai_stt_prompt`; the key comes from OPENAI_API_KEY, never from
+a flag. The official host needs the key; a compatible server elsewhere (a local
+faster-whisper-server, a gateway) may take requests without one. A 5xx or a dropped connection
+is retried twice after a short backoff (vocal.net.client); every failure is an EngineError
+(exit 5) naming the server, which the `stt_fallback` setting turns into a local transcription
+(vocal.stt.fallback).
+
+Imports nothing heavy: the standard library at load (the engine is ready at once, so it is
+never loaded in a child process: vocal.hearing.stt_loading), and vocal.audio.wav (numpy) only
+inside `transcribe`, when the audio is already an array.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.parse
+from typing import TYPE_CHECKING
+
+from vocal.errors import EngineError, UsageError
+from vocal.net import client
+from vocal.net.multipart import FilePart, form_data
+from vocal.stt import Transcript
+
+if TYPE_CHECKING:
+    from vocal.audio.wav import Audio
+
+OPENAI_URL = "https://api.openai.com/v1"
+DEFAULT_MODEL = "whisper-1"
+#: The deadline for one transcription, retries included: whisper-1 answers a short turn in
+#: about a second; ten leaves room for a slow network without leaving a person waiting long
+#: (no measurement against the real service here).
+DEFAULT_TIMEOUT_S = 10.0
+#: Attempts after the first for a 5xx or a dropped connection (vocal.net.client).
+RETRIES = 2
+KEY_VARIABLE = "OPENAI_API_KEY"
+
+
+class OpenAiSttEngine:
+    """Speech to text on an OpenAI-compatible server (module docstring).
+
+    Args:
+        model: the server's model name (OpenAI: whisper-1, gpt-4o-transcribe,
+            gpt-4o-mini-transcribe).
+        language: a language code sent with the audio; None, "" or "auto" lets the server
+            detect it.
+        base_url: the API's base, up to and including `/v1` (default OpenAI's).
+        timeout_s: the deadline for one transcription, retries included.
+        prompt: text the recognizer should expect (names, jargon), sent as `prompt`.
+
+    Raises:
+        UsageError: a base URL that is not http(s) (exit 2).
+        EngineError: no OPENAI_API_KEY for the official host (exit 5).
+    """
+
+    name = "openai"
+    #: Called once per turn, never in pauses (vocal.hearing.early.transcribes_early).
+    remote = True
+
+    def __init__(
+        self,
+        model: str = DEFAULT_MODEL,
+        *,
+        language: str | None = "en",
+        base_url: str | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        prompt: str | None = None,
+    ) -> None:
+        started = time.perf_counter()
+        self.model_name = model or DEFAULT_MODEL
+        self.language = None if language in (None, "", "auto") else language
+        self.base_url = (base_url or OPENAI_URL).rstrip("/")
+        parts = urllib.parse.urlsplit(self.base_url)
+        # The endpoint under the base's path; a query the base carries (a gateway's API
+        # version) stays a query.
+        path = f"{parts.path.rstrip('/')}/audio/transcriptions"
+        self.url = urllib.parse.urlunsplit(parts._replace(path=path, fragment=""))
+        self.timeout_s = timeout_s
+        self.prompt = prompt or None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            shown = client.shown_url(self.base_url)
+            raise UsageError(f"openai_stt_base_url must be an http(s) URL, got {shown!r}")
+        self._key = os.environ.get(KEY_VARIABLE, "")
+        if parts.hostname == "api.openai.com" and not self._key:
+            raise EngineError(
+                f"{KEY_VARIABLE} is not set, and {self.base_url} needs it",
+                hint=f"export {KEY_VARIABLE}=..., point openai_stt_base_url at a compatible "
+                "server, or recognize locally: --engine auto",
+            )
+        self.load_s = time.perf_counter() - started
+
+    def transcribe(self, audio: Audio) -> Transcript:
+        """Upload `audio` (any rate and channel count: sent as 16 kHz mono 16-bit WAV) and
+        return the server's transcript (EngineError on any failure)."""
+        from vocal.audio.wav import wav_bytes
+
+        clip = audio.for_stt()
+        started = time.perf_counter()
+        fields = {"model": self.model_name, "response_format": "json"}
+        if self.language:
+            fields["language"] = self.language
+        if self.prompt:
+            fields["prompt"] = self.prompt
+        body, content_type = form_data(
+            fields, [FilePart("file", "utterance.wav", "audio/wav", wav_bytes(clip))]
+        )
+        headers = {"Content-Type": content_type, "Accept": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        answer = client.post(self.url, body, headers, timeout_s=self.timeout_s, retries=RETRIES)
+        text = self._text(answer).strip()
+        if not any(c.isalnum() for c in text):
+            text = ""  # "." or "..." for silence or noise is no words, as the local engines say
+        return Transcript(
+            text=text,
+            language=self.language,
+            duration_s=clip.duration_s,
+            transcribe_s=time.perf_counter() - started,
+            engine=self.name,
+        )
+
+    def _text(self, answer: bytes) -> str:
+        """The transcript in the server's JSON answer (EngineError when there is none)."""
+        shown = client.shown_url(self.url)
+        try:
+            reply = json.loads(answer)
+        except (ValueError, UnicodeDecodeError):
+            start = " ".join(answer[:80].decode("utf-8", errors="replace").split())
+            raise EngineError(f"{shown} sent no JSON transcript: {start!r}") from None
+        text = reply.get("text") if isinstance(reply, dict) else None
+        if not isinstance(text, str):
+            raise EngineError(f'{shown} sent JSON without a transcript (no "text")')
+        return text
+
+
+__all__ = ["DEFAULT_MODEL", "OpenAiSttEngine"]
