@@ -30,8 +30,8 @@ REMOTE_ENGINES = frozenset({"openai"})
 #: What to `pip install` when an engine's import fails.
 INSTALL_HINTS: dict[str, str] = {
     "faster-whisper": "pip install faster-whisper",
-    "mlx-whisper": "pip install --no-deps mlx-whisper (Apple Silicon; its declared torch "
-    "dependency is not needed)",
+    "mlx-whisper": "reinstall vocal (mlx-whisper is its dependency on Apple Silicon), or pip "
+    "install --no-deps mlx-whisper (its declared torch is never imported)",
     "openai": "it needs only the standard library: reinstall vocal",
 }
 

@@ -395,8 +395,8 @@ class MlxWhisperEngine:
         except ImportError as exc:
             raise EngineError(
                 f"the mlx-whisper engine is not installed ({exc})",
-                hint="pip install mlx-whisper (Apple Silicon), or mlx[cpu] and mlx-whisper "
-                "--no-deps on Linux",
+                hint="reinstall vocal (mlx-whisper is its dependency on Apple Silicon), or "
+                "mlx[cpu] and mlx-whisper --no-deps on Linux",
             ) from None
         try:
             return ModelHolder.get_model(
