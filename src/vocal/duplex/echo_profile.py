@@ -2,16 +2,18 @@
 
 Every turn is a new process, so AEC3 starts cold every turn: it has to find the echo's delay
 and learn the echo path before it cancels well, and a short reply can end before it does.
-livekit's APM cannot save its filter; what it can take is the delay (`set_stream_delay_ms`,
-which AEC3 uses as the initial alignment of its render buffer). `vocal doctor --echo` measures
+livekit's APM cannot save its filter; what vocal can give the next turn is the delay: past
+AEC3's reach (a 600 ms room) vocal delays the reverse stream by most of it and tells AEC3 the
+rest, and the barge-in detector's echo window and tail follow it (`vocal.duplex.aec`). A turn
+whose echo fit held keeps its delay too (`learn_delay`). `vocal doctor --echo` measures
 the delay, the echo's level at the microphone and what the canceller takes out of it
 (`vocal.duplex.echo_probe`), and keeps them here, one record per (output, input) pair
 (`vocal.audio.endpoints.device_pair`):
 
     <state dir>/echo/<sha256 of the pair, 16 hex>.json
 
-`converse --aec auto` reads the record for its pair: the delay goes to the canceller as its
-hint, and a "half-duplex" verdict (the echo cannot be cancelled well enough for barge-in)
+`converse` reads the record for its pair: the delay goes to the canceller, and with
+`--aec auto` a "half-duplex" verdict (the echo cannot be cancelled well enough for barge-in)
 makes the turn half-duplex, said once on stderr and in `--json`. With no record it behaves as
 before. A record that is not what vocal writes is quarantined and treated as absent
 (`vocal.floor.statefiles.read_record`).
