@@ -33,6 +33,8 @@ from vocal.duplex.echo_profile import (
 from vocal.duplex.onset import AlignedStreams
 
 SAMPLE_RATE = 16_000
+#: ~3 s of hibari speech.
+REPLY = "The build finished, and all forty two tests passed in the docs folder."
 
 
 def profile(verdict: str = FULL_DUPLEX, *, output: str = "sink", input: str = "source",
@@ -226,9 +228,8 @@ def test_doctor_echo_measures_the_rooms_delay_and_keeps_the_profile(room, vocal_
     assert Path(data["profile"]) == profile_path(vocal_home, kept.output, kept.input)
 
 
-def converse_turn(*args: str) -> tuple[int, dict, str]:
-    proc = start_vocal("converse", "Hello there.", "--json", "--no-speech-timeout", "1",
-                       *args)  # fmt: skip
+def converse_turn(*args: str, text: str = "Hello there.") -> tuple[int, dict, str]:
+    proc = start_vocal("converse", text, "--json", "--no-speech-timeout", "1", *args)
     out, err = proc.communicate(timeout=60)
     return proc.returncode, json.loads(out) if out.strip() else {}, err.decode()
 
@@ -259,7 +260,8 @@ def test_a_bad_echo_verdict_makes_aec_auto_half_duplex_and_a_good_one_keeps_barg
 
 @pytest.mark.audio
 def test_a_turn_whose_echo_fit_held_keeps_the_delay_for_the_next(room, vocal_home) -> None:
-    code, payload, stderr = converse_turn()
+    # Long enough for the reply's echo to be fitted when it ends (at least a second of it).
+    code, payload, stderr = converse_turn(text=REPLY)
     assert code == 4, stderr
     learned = payload["learned_echo_delay_ms"]
     assert payload["tail_audio"]["echo_removed_db"] >= 30 and learned is not None, payload
@@ -267,5 +269,5 @@ def test_a_turn_whose_echo_fit_held_keeps_the_delay_for_the_next(room, vocal_hom
     assert kept is not None and kept.source == "turn" and kept.delay_ms == learned
     assert abs(learned - click_delay_ms()) <= 20  # another stream pair, another rate
     # The next turn starts from it.
-    code, payload, stderr = converse_turn()
+    code, payload, stderr = converse_turn(text=REPLY)
     assert payload["echo_profile"]["delay_ms"] == learned, stderr
