@@ -261,10 +261,19 @@ def test_a_bad_echo_verdict_makes_aec_auto_half_duplex_and_a_good_one_keeps_barg
 @pytest.mark.audio
 def test_a_turn_whose_echo_fit_held_keeps_the_delay_for_the_next(room, vocal_home) -> None:
     # Long enough for the reply's echo to be fitted when it ends (at least a second of it).
-    code, payload, stderr = converse_turn(text=REPLY)
-    assert code == 4, stderr
-    learned = payload["learned_echo_delay_ms"]
-    assert payload["tail_audio"]["echo_removed_db"] >= 30 and learned is not None, payload
+    # The fit holds in most turns (33-38 dB here), not all (24 dB once in CI, under load): a
+    # turn whose fit did not hold keeps nothing, and the next one is tried.
+    for _ in range(3):
+        code, payload, stderr = converse_turn(text=REPLY)
+        assert code == 4, stderr
+        learned = payload["learned_echo_delay_ms"]
+        removed = payload["tail_audio"]["echo_removed_db"]
+        if removed is not None and removed >= 30:
+            assert learned is not None, payload
+            break
+        assert learned is None and load_profile(vocal_home, *device_pair(None, None)) is None
+    else:
+        pytest.fail("no turn's echo fit removed 30 dB in 3")
     kept = load_profile(vocal_home, *device_pair(None, None))
     assert kept is not None and kept.source == "turn" and kept.delay_ms == learned
     assert abs(learned - click_delay_ms()) <= 20  # another stream pair, another rate
