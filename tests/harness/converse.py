@@ -35,6 +35,16 @@ def converse(*args: str, timeout_s: float = 60) -> tuple[int, dict, str]:
     return proc.returncode, payload, err.decode()
 
 
+def quiet_after_person_s(room: Room, near_id: str, timeout_s: float = 5.0) -> float:
+    """Seconds from the person's first sample (`near_id`'s `near_start`) to the reply's last
+    loud sample after it, both on the room's clock: how long the person talked over the reply.
+    The `far_end` is looked for only after that `near_start`, so that a reply an earlier test
+    played through the same room is never taken for this one."""
+    started = room.wait_event("near_start", id=near_id)
+    far_end = room.wait_event("far_end", after=room.index_of(started) + 1, timeout_s=timeout_s)
+    return far_end["at_s"] - started["at_s"]
+
+
 def words_in(text: str, words: tuple[str, ...]) -> list[str]:
     """The `words` found in `text` (case-insensitive)."""
     lowered = text.lower()

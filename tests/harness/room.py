@@ -346,6 +346,11 @@ class Room:
                     return event
         return None
 
+    def index_of(self, event: dict) -> int:
+        """The index in `events` of `event` (one that wait_event or find_event returned)."""
+        with self._cond:
+            return next(i for i, seen in enumerate(self.events) if seen is event)
+
     def stalls(self, since: int = 0) -> int:
         """How often the room dropped a backlog ("resync") since event `since`."""
         with self._cond:
