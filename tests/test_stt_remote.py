@@ -392,3 +392,21 @@ def test_form_data_parses_back_with_the_standard_library() -> None:
     assert parts[1].get_payload(decode=True).decode() == "caf\u00e9\r\nline"
     assert parts[2].get_filename() == "a%22b.wav" and parts[2].get_content_type() == "audio/wav"
     assert parts[2].get_payload(decode=True) == payload
+
+
+def test_hints_join_the_prompt_sent_and_reach_the_local_fallback(
+    server: FakeTranscriptionServer, sentence: Audio
+) -> None:
+    """The hints (vocal.stt.hints) follow the openai_stt_prompt setting in the request's
+    `prompt`; the local fallback gets them as its own."""
+    loader = stt_loader(load_settings(
+        stt_engine="openai", openai_stt_base_url=server.url, openai_stt_prompt="vocal, Typer",
+        stt_hints="parse_config, VOCAL_HOME", stt_fallback="local",
+    ))  # fmt: skip
+    loader.engine().transcribe(sentence)
+    wanted = "vocal, Typer We talked about parse_config and VOCAL_HOME."
+    assert server.requests[0].fields["prompt"] == wanted
+    assert loader.used_hints is not None and loader.used_hints.source == "setting"
+    assert (
+        loader.fallback["local_options"]["hints"] == "We talked about parse_config and VOCAL_HOME."
+    )

@@ -58,6 +58,11 @@ class Settings:
     openai_stt_timeout_s: float = field(default=10.0, metadata=_env("VOCAL_OPENAI_STT_TIMEOUT"))
     openai_stt_prompt: str | None = None
     stt_fallback: str | None = None
+    # Vocabulary hints (issue 21, vocal.stt.hints): stt_hints is text the recognizer should
+    # expect (names, identifiers), or @FILE; with stt_hints_git, inside a git repository the
+    # identifiers of the files being worked on (changed, new, the last 3 commits') are added.
+    stt_hints: str | None = None
+    stt_hints_git: bool = False
     # End of turn (issue 16, vocal.hearing.endofturn): after turn_check_ms of silence the turn model
     # (Smart Turn v3 and the early transcript's last words) judges the pause: complete ends the
     # turn at once, unfinished waits up to max_pause_ms of silence, undecided (or turn_model

@@ -63,6 +63,17 @@ def stt_engine_help() -> str:
             "openai_stt_base_url, key in OPENAI_API_KEY).")  # fmt: skip
 
 
+def hints_option() -> Any:
+    """`--hints TEXT|@FILE`, shared by listen and converse (the `stt_hints` setting)."""
+    return typer.Option(
+        None,
+        "--hints",
+        help="Words to expect (names, identifiers such as parse_config), or @FILE to read "
+        "them from a file; given to the recognizer as its prompt (setting stt_hints; "
+        "stt_hints_git adds the identifiers of the files you are working on in git).",
+    )
+
+
 def report_fallback(result: Any) -> None:
     """On stderr: the remote recognizer failed and its local fallback made the transcript."""
     reason = getattr(result, "stt_fallback_reason", None)

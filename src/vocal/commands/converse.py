@@ -7,6 +7,7 @@ import typer
 from vocal.commands._app import (
     command_app,
     finite,
+    hints_option,
     max_pause_ms_option,
     report_fallback,
     silence_ms_option,
@@ -28,6 +29,7 @@ def converse(
     ),
     engine: str | None = typer.Option(None, "--engine", help="TTS engine (default hibari)."),
     stt_engine: str | None = typer.Option(None, "--stt-engine", help=stt_engine_help()),
+    hints: str | None = hints_option(),
     speed: float | None = typer.Option(
         None,
         "--speed",
@@ -116,7 +118,7 @@ def converse(
         started_at_s = time.monotonic()
     settings = load_settings(
         turn_model=turn_model, turn_check_ms=turn_check_ms, max_pause_ms=max_pause_ms,
-        stt_engine=stt_engine,
+        stt_engine=stt_engine, stt_hints=hints,
     )  # fmt: skip
     options = ConverseOptions(
         engine=engine, voice=voice, speed=speed, barge_in=barge_in, aec=aec, session=session,

@@ -9,6 +9,7 @@ import typer
 from vocal.commands._app import (
     command_app,
     finite,
+    hints_option,
     max_pause_ms_option,
     report_fallback,
     silence_ms_option,
@@ -72,6 +73,7 @@ def listen(
         "directory.",
     ),  # fmt: skip
     engine: str | None = typer.Option(None, "--engine", help=stt_engine_help()),
+    hints: str | None = hints_option(),
     language: str | None = typer.Option(
         None, "--language", "-l", help="Language code, or auto to detect (multilingual models)."
     ),
@@ -112,6 +114,7 @@ def listen(
         no_speech_timeout_s=no_speech_timeout,
         stt_engine=engine,
         stt_model=model,
+        stt_hints=hints,
         language=language,
         input_device=device,
     )

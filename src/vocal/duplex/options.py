@@ -106,6 +106,8 @@ class ConverseResult:
             # why the remote one failed: vocal.stt.fallback).
             "stt_engine": self.listen.stt_engine if self.listen else None,
             "stt_fallback_reason": self.listen.stt_fallback_reason if self.listen else None,
+            # The vocabulary hints the recognizer was given (vocal.stt.hints).
+            "stt_hints": self.listen.hints if self.listen else None,
             "timings": {k: _round(v) for k, v in self.timings.items()},
             "clock": self.clock,
             "counters": self.counters,

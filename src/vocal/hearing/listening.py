@@ -153,6 +153,8 @@ class ListenResult:
     #: engine's local fallback (vocal.stt.fallback), the local one, and why the remote failed.
     stt_engine: str | None = None
     stt_fallback_reason: str | None = None
+    #: The vocabulary hints the recognizer was given (vocal.stt.hints): {"text", "source"}.
+    hints: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What `vocal listen --json` prints."""
@@ -168,6 +170,7 @@ class ListenResult:
             "turn": self.turn,
             "stt_engine": self.stt_engine,
             "stt_fallback_reason": self.stt_fallback_reason,
+            "hints": self.hints,
         }
 
 
@@ -470,7 +473,13 @@ def listen(
         turn=judge.summary() if judge is not None else None,
         stt_engine=(transcript.engine or stt_name) if transcript else None,
         stt_fallback_reason=transcript.fallback_reason if transcript else None,
+        hints=_used_hints(stt),
     )
+
+
+def _used_hints(stt: SttLoader | SttEngine) -> dict[str, str] | None:
+    hints = stt.used_hints if isinstance(stt, SttLoader) else None
+    return hints.to_dict() if hints is not None else None
 
 
 __all__ = [

@@ -8,9 +8,14 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vocal.stt import SttEngine, load_stt
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from vocal.stt.hints import Hints
 
 
 def stt_loader(settings: Any, *, beside_playback: bool = False) -> SttLoader:
@@ -25,18 +30,42 @@ def stt_loader(settings: Any, *, beside_playback: bool = False) -> SttLoader:
     local fallback (`stt_fallback`) loads only if the remote call fails, by then after the
     reply.
 
+    Vocabulary hints (vocal.stt.hints) are gathered in the loading thread too (git may take
+    a few tens of ms); a hints file that cannot be read is a usage error here, before anyone
+    speaks.
+
     Raises:
-        UsageError: an `stt_fallback` that names no local engine (exit 2).
+        UsageError: an `stt_fallback` that names no local engine, an unreadable hints file
+            (exit 2).
     """
     from vocal.stt import REMOTE_ENGINES, default_engine_name
 
+    hints = hints_source(settings)
     name = settings.stt_engine if settings.stt_engine != "auto" else default_engine_name()
     if name in REMOTE_ENGINES:
-        return SttLoader(name, settings.openai_stt_model, warm_up=False,
+        return SttLoader(name, settings.openai_stt_model, warm_up=False, hints=hints,
                          fallback=fallback_spec(settings), **remote_options(settings))  # fmt: skip
     loader = ProcessSttLoader if beside_playback and settings.stt_process else SttLoader
     return loader(settings.stt_engine, settings.stt_model, warm_up=settings.stt_warm_up,
-                  **local_options(settings, name))  # fmt: skip
+                  hints=hints, **local_options(settings, name))  # fmt: skip
+
+
+def hints_source(settings: Any) -> Callable[[], Hints | None] | None:
+    """What gathers the turn's vocabulary hints (None: no hints asked for); a hints file is
+    read now, so that a bad one is a `UsageError` before the turn starts."""
+    from vocal.stt.hints import read_hints, resolve_hints
+
+    if not (settings.stt_hints and settings.stt_hints.strip()) and not settings.stt_hints_git:
+        return None
+    given = settings.stt_hints.strip() if settings.stt_hints else None
+    if given and given.startswith("@"):
+        read_hints(given)  # raises now; resolve_hints reads it again in the thread
+    from_git = bool(settings.stt_hints_git)
+
+    def gather() -> Hints | None:
+        return resolve_hints(given, from_git=from_git)
+
+    return gather
 
 
 def local_options(settings: Any, name: str) -> dict[str, Any]:
@@ -93,10 +122,15 @@ class SttLoader:
         *,
         warm_up: bool = True,
         fallback: dict[str, Any] | None = None,
+        hints: Callable[[], Hints | None] | None = None,
         **options: Any,
     ) -> None:
         self.name, self.model, self.options = name, model, options
         self.warm_up = warm_up
+        #: Gathers the vocabulary hints (`hints_source`), in the loading thread.
+        self.hints_source = hints
+        #: The hints the engine was given (None: none, or not gathered yet).
+        self.used_hints: Hints | None = None
         #: A local engine to stand in when a remote one fails (`fallback_spec`); None: none.
         self.fallback = fallback
         self.started_at_s = time.monotonic()
@@ -108,8 +142,27 @@ class SttLoader:
         self._thread = threading.Thread(target=self._run, name="vocal-stt-load", daemon=True)
         self._thread.start()
 
+    def _gather_hints(self) -> None:
+        """Gather the hints and put them in the engine's options: a local engine's `hints`,
+        a remote one's `prompt` (after the `openai_stt_prompt` setting's), and its local
+        fallback's `hints`."""
+        from vocal.stt import REMOTE_ENGINES
+
+        hints = self.hints_source() if self.hints_source is not None else None
+        self.used_hints = hints
+        if hints is None:
+            return
+        if self.name in REMOTE_ENGINES:
+            prompt = self.options.get("prompt")
+            self.options["prompt"] = f"{prompt} {hints.text}" if prompt else hints.text
+        else:
+            self.options["hints"] = hints.text
+        if self.fallback is not None:
+            self.fallback["local_options"] = {**self.fallback["local_options"], "hints": hints.text}
+
     def _run(self) -> None:
         try:
+            self._gather_hints()
             if self.fallback is not None:
                 from vocal.stt.fallback import FallbackStt
 
@@ -172,6 +225,7 @@ class ProcessSttLoader(SttLoader):
         from vocal.hearing.stt_process import spawn
 
         try:
+            self._gather_hints()
             self._engine = spawn(self.name, self.model, warm_up=self.warm_up,
                                  options=self.options)  # fmt: skip
         except BaseException as exc:  # re-raised in the caller's thread by engine()

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
     from vocal.audio.wav import Audio
 
+#: Whisper keeps at most this many tokens of text before the utterance (half its 448-token
+#: context, less the start-of-previous token).
+MAX_PROMPT_TOKENS = 223
 #: Utterances up to this long get a short encoder window (see the module docstring).
 SHORT_WINDOW_MAX_S = 20.0
 #: The shortest encoder window: 8 s was the least with no loop on the test phrases; 10 s
@@ -129,6 +132,8 @@ class FasterWhisperEngine:
         compute_type: CTranslate2 compute type; int8 is fastest on CPUs.
         beam_size: 5 by default (the module docstring); 1 is greedy decoding, the fastest.
         cpu_threads: 0 lets CTranslate2 choose.
+        hints: words to expect (vocal.stt.hints), given to Whisper as the text before the
+            utterance (its prompt), in both the short and the 30 s window.
     """
 
     name = "faster-whisper"
@@ -141,6 +146,7 @@ class FasterWhisperEngine:
         compute_type: str = "int8",
         beam_size: int = 5,
         cpu_threads: int = 0,
+        hints: str | None = None,
     ) -> None:
         started = time.perf_counter()
         self.model_name = model
@@ -149,6 +155,7 @@ class FasterWhisperEngine:
         self.multilingual = bool(self._model.model.is_multilingual)
         self.language = choose_language(model, self.multilingual, language)
         self.beam_size = beam_size
+        self.hints = hints.strip() if hints and hints.strip() else None
         #: Encode short turns in a short window (module docstring); False always uses 30 s.
         self.short_window = True
         self.load_s = time.perf_counter() - started
@@ -215,7 +222,10 @@ class FasterWhisperEngine:
         tokenizer = Tokenizer(
             model.hf_tokenizer, self.multilingual, task="transcribe", language=self.language
         )
-        prompt = [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        before: list[int] = []
+        if self.hints:  # as faster-whisper builds an initial prompt: <|startofprev|> text
+            before = [tokenizer.sot_prev, *tokenizer.encode(" " + self.hints)[-MAX_PROMPT_TOKENS:]]
+        prompt = [*before, *tokenizer.sot_sequence, tokenizer.no_timestamps]
         cap = token_cap(samples.shape[0] / 16_000)
         result = model.model.generate(
             encoded,
@@ -248,6 +258,7 @@ class FasterWhisperEngine:
             condition_on_previous_text=False,
             without_timestamps=True,
             vad_filter=False,
+            initial_prompt=self.hints,
         )
         kept = [
             {

@@ -372,6 +372,7 @@ class MlxWhisperEngine:
         language: str | None = "en",
         cache_dir: str | os.PathLike | None = None,
         fp16: bool | None = None,
+        hints: str | None = None,
     ) -> None:
         started = time.perf_counter()
         if cache_dir is None:
@@ -379,6 +380,8 @@ class MlxWhisperEngine:
 
             cache_dir = load_settings().cache_dir
         self.fp16 = apple_silicon() if fp16 is None else fp16
+        #: Words to expect (vocal.stt.hints): Whisper's initial prompt.
+        self.hints = hints.strip() if hints and hints.strip() else None
         dtype = "float16" if self.fp16 else "float32"
         self.model_name = model
         self.model_dir = on_mlx_thread(resolve_mlx_model, model, Path(cache_dir), dtype)
@@ -442,4 +445,5 @@ class MlxWhisperEngine:
             fp16=self.fp16,
             without_timestamps=True,
             verbose=None,
+            initial_prompt=self.hints,
         )
