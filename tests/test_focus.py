@@ -12,32 +12,24 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from harness import tmux as harness_tmux
 from harness.conch_audio import wait_until
 from harness.runner import run_vocal, start_vocal
+from harness.tmux import tmux_server
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed "
                                 "(scripts/setup --test installs it)")  # fmt: skip
 
 
-@dataclass
-class Tmux:
-    socket: str
-    server_pid: int
-    panes: list[str]  # %0 %1 in window 0, %2 %3 in window 1
-
-    def run(self, *args: str) -> str:
-        result = subprocess.run(["tmux", "-S", self.socket, *args], capture_output=True,
-                                text=True, timeout=10)  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        return result.stdout
+class Tmux(harness_tmux.Tmux):
+    """The focus tests' server: two windows of two panes each (%0 %1 in window 0, %2 %3 in
+    window 1)."""
 
     def active(self) -> str:
         """The pane the person sees: the active pane of the session's current window."""
@@ -56,23 +48,8 @@ class Tmux:
 
 @pytest.fixture
 def tmux() -> Iterator[Tmux]:
-    # A short directory: AF_UNIX paths are limited to ~100 bytes, pytest's tmp_path is long.
-    directory = Path(tempfile.mkdtemp(prefix="vtmux-", dir="/tmp"))
-    socket_path = str(directory / "sock")
-    config = directory / "empty.conf"  # -f /dev/null in spirit: no user configuration
-    config.write_text("")
-    # `-D`: the server stays in the foreground as our child, so we know its pid and it needs no
-    # daemon() (which fails where /dev/null is not a character device, as on one build host).
-    with open(config, "rb") as stdin, open(directory / "server.log", "wb") as log:
-        server = subprocess.Popen(["tmux", "-D", "-S", socket_path, "-f", str(config)],
-                                  stdin=stdin, stdout=log, stderr=log)  # fmt: skip
-    try:
-        deadline = time.monotonic() + 10
-        while not os.path.exists(socket_path):
-            assert server.poll() is None and time.monotonic() < deadline, "tmux did not start"
-            time.sleep(0.02)
-        session = Tmux(socket_path, server.pid, [])
-        session.run("new-session", "-d", "-s", "agents", "-x", "160", "-y", "48", "sleep 600")
+    with tmux_server() as server:
+        session = Tmux(**vars(server))
         session.run("split-window", "-t", "agents", "sleep 600")
         session.run("new-window", "-t", "agents", "sleep 600")
         session.run("split-window", "-t", "agents", "sleep 600")
@@ -80,14 +57,6 @@ def tmux() -> Iterator[Tmux]:
         session.panes = listing.split()
         assert len(session.panes) == 4
         yield session
-    finally:
-        subprocess.run(["tmux", "-S", socket_path, "kill-server"], capture_output=True)
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(10)
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def take_floor(tmux: Tmux, session: str, pane: str, **env: str) -> None:

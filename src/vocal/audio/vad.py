@@ -182,6 +182,7 @@ class EndReason(str, enum.Enum):
     FIXED_WINDOW = "fixed_window"  # --no-vad: the window ran out
     TURN_COMPLETE = "turn_complete"  # the end-of-turn stage judged the turn finished
     MAX_PAUSE = "max_pause"  # the turn sounded unfinished, and the pause reached its cap
+    KEY = "key"  # push-to-talk: the person pressed Enter or Space
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,12 @@ def converse(
         help="Echo cancellation: auto (off for headphones; half-duplex where `vocal doctor "
         "--echo` found the echo too strong to cancel), on, off [auto].",
     ),
+    ptt: bool = typer.Option(
+        False,
+        "--ptt",
+        help="Push-to-talk: the answer ends when you press Enter or Space on "
+        "the terminal (not on a pause; --max-seconds still applies); Esc cancels.",
+    ),  # fmt: skip
     silence_ms: int | None = silence_ms_option("the answer"),
     turn_model: bool | None = turn_model_option(),
     turn_check_ms: int | None = turn_check_ms_option(),
@@ -86,11 +92,13 @@ def converse(
 
     The answer ends as `vocal listen`'s does: a pause is judged by the turn model after
     --turn-check-ms; a finished answer ends at once, an unfinished one ("let me think ...") is
-    waited for up to --max-pause-ms, anything else ends after --silence-ms.
+    waited for up to --max-pause-ms, anything else ends after --silence-ms. With --ptt it
+    ends when you press Enter or Space instead (keys from the terminal, /dev/tty, never stdin,
+    which may carry TEXT), and Esc cancels.
 
-    Exit codes: 0 ok (the transcript on stdout), 2 empty text or bad options, 3 the floor was
-    not granted or was taken mid-turn, 4 nobody spoke, 5 a device or engine is unavailable or
-    failed mid-turn, 130 interrupted (Ctrl-C, SIGTERM).
+    Exit codes: 0 ok (the transcript on stdout), 2 empty text or bad options (--ptt with no
+    terminal), 3 the floor was not granted or was taken mid-turn, 4 nobody spoke, 5 a device or
+    engine is unavailable or failed mid-turn, 130 interrupted (Ctrl-C, SIGTERM, Esc with --ptt).
     """
     import time
 
@@ -113,7 +121,7 @@ def converse(
     options = ConverseOptions(
         engine=engine, voice=voice, speed=speed, barge_in=barge_in, aec=aec, session=session,
         agent=agent, use_conch=not no_conch, silence_ms=silence_ms,
-        no_speech_timeout_s=no_speech_timeout, max_seconds=max_seconds,
+        no_speech_timeout_s=no_speech_timeout, max_seconds=max_seconds, push_to_talk=ptt,
     )  # fmt: skip
     result = converse_turn(text, options, settings, started_at_s=started_at_s)
     report_fallback(result.listen)

@@ -39,6 +39,12 @@ def listen(
         help="Hard cap on the recording, in seconds [60].",
         callback=finite,
     ),
+    ptt: bool = typer.Option(
+        False,
+        "--ptt",
+        help="Push-to-talk: record until you press Enter or Space on the "
+        "terminal (not on a pause; --max-seconds still applies); Esc cancels.",
+    ),  # fmt: skip
     silence_ms: int | None = silence_ms_option(),
     turn_model: bool | None = turn_model_option(),
     turn_check_ms: int | None = turn_check_ms_option(),
@@ -80,15 +86,17 @@ def listen(
     (Smart Turn v3) and the words so far. A finished sentence ends the turn at once; one that
     sounds unfinished ("I think we should ...") is waited for, up to --max-pause-ms (2.5 s) of
     silence; an undecided pause, or any with --no-turn-model, ends after --silence-ms (700 ms).
-    --no-vad records a fixed --seconds window. --input FILE is judged on the file's own clock,
-    as the same sound from a microphone would be. Ctrl-C ends
+    --no-vad records a fixed --seconds window. --ptt ends it when you press Enter or Space
+    (keys are read from the terminal, /dev/tty, never stdin), and Esc cancels. --input FILE is
+    judged on the file's own clock, as the same sound from a microphone would be. Ctrl-C ends
     the recording and still transcribes what was heard (press it twice to abort). On a
     terminal a level meter runs on stderr.
 
-    Exit codes: 0 ok, 2 a bad option or unreadable input WAV, 4 nobody spoke (or no words were
-    made out), 5 no microphone or the speech engine/model is unavailable (with --engine openai:
-    the server unreachable, failing or too slow, unless the stt_fallback setting names a local
-    engine to transcribe instead), 130 Ctrl-C before anyone spoke (or pressed twice).
+    Exit codes: 0 ok, 2 a bad option or unreadable input WAV (or --ptt with no terminal),
+    4 nobody spoke (or no words were made out), 5 no microphone or the speech engine/model is
+    unavailable (with --engine openai: the server unreachable, failing or too slow, unless the
+    stt_fallback setting names a local engine to transcribe instead), 130 Ctrl-C before anyone
+    spoke (or pressed twice), or Esc with --ptt.
     """
     from vocal.config import load_settings
     from vocal.errors import Interrupted, NoSpeechError
@@ -107,7 +115,8 @@ def listen(
         language=language,
         input_device=device,
     )
-    result = listen_turn(settings, vad=vad, seconds=seconds, input_file=input_file)
+    result = listen_turn(settings, vad=vad, seconds=seconds, input_file=input_file,
+                         push_to_talk=ptt)  # fmt: skip
     report_fallback(result)
     if save is not None:
         from vocal.audio.wav import write_wav

@@ -43,7 +43,7 @@ from vocal.duplex.adapters import INPUT_TIMEOUT_S, SpeechOutput, TurnSource
 from vocal.duplex.echo_guard import EchoGuard
 from vocal.duplex.options import ConverseOptions, ConverseResult
 from vocal.duplex.outcome import TurnParts, converse_result, record_history
-from vocal.errors import DeviceError, UsageError, VocalError
+from vocal.errors import DeviceError, UsageError
 from vocal.floor.phases import TurnPhase
 
 if TYPE_CHECKING:
@@ -105,6 +105,10 @@ def converse(
     report = report or (lambda _m: None)
     if not text.strip():
         raise UsageError("nothing to say: the text is empty")
+    if options.push_to_talk:
+        from vocal.hearing.push_to_talk import require_terminal
+
+        require_terminal()  # before anything is said
     barge_in = settings.barge_in if options.barge_in is None else options.barge_in
     aec_mode = options.aec or settings.aec
     use_aec, detection = aec_wanted(aec_mode)
@@ -246,16 +250,14 @@ class _Run:
         source = TurnSource(mic, kept, heard_from_s=heard_from_s, drop_before=not parts.barge_in,
                             rebuild=rebuild)  # fmt: skip
         from vocal.hearing.listening import listen
+        from vocal.hearing.push_to_talk import keys_for
 
-        listened = listen(
-            source,
-            stt=loader,
-            options=listening,
-            confidence=SileroVad(),
-            turn_model=parts.turn_loader,
-            stop=self.listen_stop,
-            on_block=lambda _samples, _state: turn.check(),
-        )
+        with keys_for(options.push_to_talk, self.listen_stop, listening) as (keys, listening):
+            listened = keys.ended(listen(
+                source, stt=loader, options=listening, confidence=SileroVad(),
+                turn_model=parts.turn_loader, stop=self.listen_stop,
+                on_block=keys.watching(lambda _samples, _state: turn.check()),
+            ))  # fmt: skip
         parts.mic = None  # listen closed it
         turn.check()
         return self._result(listened, stopped=turn.stopped.is_set())
@@ -471,24 +473,19 @@ class _Run:
         """Keep the echo delay of a fit that held (vocal.duplex.echo_profile.learn_delay) for
         the next turn's canceller, in a thread while the person talks: the file is written off
         the turn's path, and a state directory that cannot take it never fails the turn."""
-        from vocal.duplex.echo_profile import LEARN_MIN_REMOVED_DB, learn_delay
+        from vocal.duplex.echo_profile import LEARN_MIN_REMOVED_DB, learn_delay_in_background
 
-        parts = self.parts
+        parts, options, settings = self.parts, self.options, self.settings
         if removed_db is None or delay_ms is None or removed_db < LEARN_MIN_REMOVED_DB:
             return
-        if parts.learner is not None:
-            return  # one per turn: the first fit that held
-        home, options, settings = self.settings.home, self.options, self.settings
-        devices = (options.output_device or settings.output_device,
-                   options.input_device or settings.input_device)  # fmt: skip
+        if parts.learner is None:  # one per turn: the first fit that held
 
-        def learn() -> None:
-            with contextlib.suppress(VocalError, OSError):
-                parts.learned_delay_ms = learn_delay(home, *devices, delay_ms,
-                                                     now_s=time.time()).delay_ms  # fmt: skip
+            def learned(delay_ms: float) -> None:
+                parts.learned_delay_ms = delay_ms
 
-        parts.learner = threading.Thread(target=learn, name="vocal-echo-learn", daemon=True)
-        parts.learner.start()
+            parts.learner = learn_delay_in_background(
+                settings.home, options.output_device or settings.output_device,
+                options.input_device or settings.input_device, delay_ms, learned)  # fmt: skip
 
     def _kept_blocks(
         self, detector: BargeInDetector, recent: collections.deque[Block], fit: OnsetFit

@@ -24,6 +24,8 @@ Standard library only: converse reads it before any audio module is imported.
 from __future__ import annotations
 
 import hashlib
+import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -154,6 +156,31 @@ def learn_delay(home: Path, output_device: str | None, input_device: str | None,
     return learned
 
 
+def learn_delay_in_background(
+    home: Path,
+    output_device: str | None,
+    input_device: str | None,
+    delay_ms: float,
+    on_learned: Callable[[float], object],
+) -> threading.Thread:
+    """`learn_delay` in a thread (started; join it before the process exits), so that a turn
+    writes its file off its own path while the person talks. A state directory that cannot take
+    it never fails the turn: nothing is kept then, and `on_learned` is not called."""
+    import contextlib
+    import time
+
+    from vocal.errors import VocalError
+
+    def learn() -> None:
+        with contextlib.suppress(VocalError, OSError):
+            on_learned(learn_delay(home, output_device, input_device, delay_ms,
+                                   now_s=time.time()).delay_ms)  # fmt: skip
+
+    thread = threading.Thread(target=learn, name="vocal-echo-learn", daemon=True)
+    thread.start()
+    return thread
+
+
 def save_profile(home: Path, profile: EchoProfile) -> Path:
     """Keep `profile` for its pair (replacing the last one); returns the file written."""
     path = profile_path(home, profile.output, profile.input)
@@ -166,6 +193,7 @@ __all__ = [
     "FULL_DUPLEX",
     "FULL_DUPLEX_DB",
     "HALF_DUPLEX",
+    "learn_delay_in_background",
     "HALF_DUPLEX_DB",
     "HEADPHONES",
     "LEARN_MIN_REMOVED_DB",

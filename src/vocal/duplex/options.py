@@ -27,6 +27,9 @@ class ConverseOptions:
     silence_ms: int | None = None
     no_speech_timeout_s: float | None = None
     max_seconds: float | None = None
+    #: Push-to-talk: the answer ends when the person presses Enter or Space on the terminal,
+    #: not on a pause; Esc cancels (vocal.hearing.push_to_talk).
+    push_to_talk: bool = False
 
 
 @dataclass
