@@ -19,9 +19,13 @@ import collections
 import math
 import statistics
 
-#: Where too few chunks have been heard for a floor, every level counts as above it (the
-#: detector behaves as it did without one).
+#: Where too few chunks have been heard for a floor, a level counts as above it while the
+#: reply plays (the double-talk test decides alone, as without a floor), and not while nothing
+#: plays (the room cannot be told from a person then: the chunk teaches the floor instead).
 MIN_CHUNKS = 3
+#: A level the last turn kept (vocal.duplex.room_level) counts as this many chunks heard: a
+#: floor from the start, which this turn's own chunks soon outvote.
+PRIOR_CHUNKS = 3
 #: Chunks remembered (~10 s of 32 ms chunks where nothing plays).
 HISTORY_CHUNKS = 300
 #: What the room adds to the echo a played level predicts (`AmbientFloor.plus`): its floor
@@ -48,15 +52,31 @@ class AmbientFloor:
     (`BargeInOptions.ambient_margin_db`).
     """
 
-    def __init__(self, margin_db: float | None, history: int = HISTORY_CHUNKS,
-                 min_chunks: int = MIN_CHUNKS) -> None:  # fmt: skip
+    def __init__(self, margin_db: float | None, *, prior_db: float | None = None,
+                 history: int = HISTORY_CHUNKS, min_chunks: int = MIN_CHUNKS) -> None:  # fmt: skip
         self.margin_db = margin_db
         self.min_chunks = min_chunks
         self._levels: collections.deque[float] = collections.deque(maxlen=history)
+        if prior_db is not None:
+            self._levels.extend([prior_db] * PRIOR_CHUNKS)
+        #: Chunks this turn taught (the prior not counted).
+        self.learned_chunks = 0
 
-    def teach(self, level_db: float) -> None:
-        """Note the raw level of a chunk heard while nothing played (nor rang on)."""
+    def teach(self, level_db: float, *, speech: bool = False, above: bool = False) -> None:
+        """Note the raw level of a chunk heard while nothing played (nor rang on). A `speech`
+        chunk in a pause of the reply may be the person: it teaches only once a floor is
+        known and it is not `above` it (more of the room's own talk). Before the reply's
+        first sound every chunk teaches."""
+        if speech and (self.floor_db is None or above):
+            return
         self._levels.append(level_db)
+        self.learned_chunks += 1
+
+    @property
+    def learned_db(self) -> float | None:
+        """The floor from this turn's own chunks alone (None: none taught), to keep."""
+        own = list(self._levels)[-min(self.learned_chunks, len(self._levels)) :]
+        return statistics.median(own) if self.learned_chunks else None
 
     @property
     def floor_db(self) -> float | None:
@@ -65,12 +85,15 @@ class AmbientFloor:
             return None
         return statistics.median(self._levels)
 
-    def above(self, level_db: float | None) -> bool:
-        """Whether a chunk at `level_db` stands out of the room (True while no floor is known,
-        or the level is unknown: the other tests decide alone then)."""
-        floor = self.floor_db
-        if floor is None or level_db is None or self.margin_db is None:
+    def above(self, level_db: float | None, *, playing: bool) -> bool:
+        """Whether a chunk at `level_db` stands out of the room. True when the floor is off or
+        the level unknown; while too few chunks are known (`MIN_CHUNKS`), whether the reply
+        is `playing` (see there)."""
+        if self.margin_db is None or level_db is None:
             return True
+        floor = self.floor_db
+        if floor is None:
+            return playing
         return level_db >= floor + self.margin_db
 
     def plus(self, level_db: float) -> float:

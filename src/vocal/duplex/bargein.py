@@ -226,6 +226,8 @@ class BargeInDetector:
             captured at a time (`EchoCanceller.echo_levels_db`), for `double_talk_db`.
         delay_frames: how late the samples fed are against their capture time
             (`EchoCanceller.capture_delay_frames`), so chunk times are capture times.
+        room_level_db: the room's level a recent turn heard (vocal.duplex.room_level), a
+            start for `ambient`.
         clock: monotonic time source (tests).
     """
 
@@ -240,6 +242,7 @@ class BargeInDetector:
         attenuation: Callable[[float], float | None] | None = None,
         echo_levels: Callable[[float], tuple[float, float | None] | None] | None = None,
         delay_frames: int = 0,
+        room_level_db: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         import numpy as np
@@ -292,8 +295,9 @@ class BargeInDetector:
         #: Runs decided by one chunk far above the predicted echo (`strong_chunk_db`).
         self.strong_chunks = 0
         self._chunker = Chunker(o.chunk_frames, o.sample_rate)
-        #: The room's own level (`ambient_margin_db`).
-        self.ambient = AmbientFloor(o.ambient_margin_db)
+        #: The room's own level (`ambient_margin_db`), from the last turn's (`room_level_db`,
+        #: vocal.duplex.room_level) until this one has heard its own.
+        self.ambient = AmbientFloor(o.ambient_margin_db, prior_db=room_level_db)
 
     def onset_s(self) -> float:
         """Where the speech that made it fire began (capture time): the first chunk of the run
@@ -388,11 +392,15 @@ class BargeInDetector:
             excess = self.excess_db(echo_only=probability < o.threshold,
                                     maybe_echo=inhibited)  # fmt: skip
         raw_db = None if self._echo_levels is None else self._echo_levels[0]
-        if raw_db is not None and windows <= {"before", "glitch"} and math.isinf(excess or 0.0):
-            # Nothing plays, nor rings on: the room alone. A glitch (an underflow as the
-            # stream starts, often) matters to the canceller, not to a raw level.
-            self.ambient.teach(raw_db)
-        above = self.ambient.above(raw_db)
+        quiet = math.isinf(excess or 0.0)  # nothing plays that can echo in this chunk
+        above = self.ambient.above(raw_db, playing=not quiet)
+        if raw_db is not None and quiet and windows <= {"before", "glitch"}:
+            # Nothing plays, nor rings on: the room alone, unless a person speaks in a pause;
+            # their speech must not become the room's level (see `AmbientFloor.teach`). A
+            # glitch (an underflow as the stream starts, often) matters to the canceller, not
+            # to a raw level.
+            self.ambient.teach(raw_db, speech=probability >= o.threshold and not windows,
+                               above=above)  # fmt: skip
         self.trace.append((end_s, probability, inhibited, self._attenuation_db, excess))
         if inhibited:
             self.inhibited_chunks += 1

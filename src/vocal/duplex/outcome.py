@@ -68,6 +68,8 @@ class TurnParts:
     #: Keeping the turn's echo delay for the next one (vocal.duplex.echo_profile.learn_delay),
     #: and the delay kept once it has been written.
     learner: threading.Thread | None = None
+    #: Keeps the room's level the detector heard for the next turn (vocal.duplex.room_level).
+    room_keeper: threading.Thread | None = None
     learned_delay_ms: float | None = None
 
 
