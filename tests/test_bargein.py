@@ -4,6 +4,8 @@ over the reply stops it and their first word survives."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 
@@ -258,9 +260,10 @@ def test_one_chunk_far_above_the_predicted_echo_decides_alone() -> None:
     # 5 dB over: not enough alone.
     levels = [ECHO] * 20 + [(-23.0, -20.0)] + [(-25.0, -20.0)] * 5
     assert double_talk_run("." * 20 + "ssssss", levels)[0] == 22
-    # Nothing playing (no played level): the run of three.
+    # Nothing playing (no played level): the run of three (the room's level aside: see
+    # test_with_nothing_heard_before_the_reply_the_room_is_learnt_in_its_pause).
     levels = [ECHO] * 20 + [(-21.0, None)] * 6
-    assert double_talk_run("." * 20 + "ssssss", levels)[0] == 22
+    assert double_talk_run("." * 20 + "ssssss", levels, ambient_margin_db=None)[0] == 22
 
 
 def test_a_person_far_above_the_predicted_echo_counts_inside_the_tail_window() -> None:
@@ -338,16 +341,101 @@ def test_a_person_inside_an_inhibit_window_does_not_teach_the_echo_gain() -> Non
 
 
 def test_no_run_is_held_back_when_the_echo_cannot_be_predicted() -> None:
-    # Nothing played that can echo in these chunks (the far end quiet): no echo to mistake.
+    # Nothing played that can echo in these chunks (the far end quiet): no echo to mistake
+    # (the room's level is another test's: ambient_margin_db off here).
     levels = [ECHO] * 20 + [(-30.0, None)] * 3
-    assert double_talk_run("." * 20 + "sss", levels)[0] == 22
+    assert double_talk_run("." * 20 + "sss", levels, ambient_margin_db=None)[0] == 22
     levels = [ECHO] * 20 + [(-30.0, -90.0)] * 3  # below double_talk_min_render_db
-    assert double_talk_run("." * 20 + "sss", levels)[0] == 22
+    assert double_talk_run("." * 20 + "sss", levels, ambient_margin_db=None)[0] == 22
     # The gain not learnt yet (fewer than double_talk_min_chunks echo chunks seen).
     levels = [ECHO] * 5 + [ECHO] * 3
     assert double_talk_run(".....sss", levels)[0] == 7
     # The block's levels unknown.
     assert double_talk_run("." * 20 + "sss", [ECHO] * 20 + [None] * 3)[0] == 22
+
+
+@dataclass
+class Activity:
+    """A fake far end (`FarEndActivity`): it has not sounded until `first_loud_s` is set."""
+
+    first_loud_s: float | None = None
+    quiet_since_s: float | None = None
+
+
+#: Six people talking in the room at -40 dBFS: their chunks rise and fall around it.
+BABBLE_DB = (-42.0, -38.0, -40.0, -37.0, -43.0)
+
+
+def babble_turn(person: tuple[str, float] | None = None, *, room_level_db: float | None = None,
+                before: int = 10, **options) -> BargeInDetector:  # fmt: skip
+    """A reply through a room full of other talkers (every chunk speech to Silero): 10 chunks
+    before the far end's first sound, 20 while the canceller converges, then 40 of the reply
+    (its echo 8 dB under the played level, ECHO) and a 20-chunk pause in it. `person`: a person
+    at that raw level (dB) "over the reply" or "in the pause". `before`: how many of the 10
+    chunks before the far end's first sound the detector sees (it may see none: the stream
+    often starts with the reply); `room_level_db`: a level kept by an earlier turn."""
+    clock, activity = Clock(), Activity()
+    opts = BargeInOptions(consecutive_chunks=3, fast_chunks=None, strong_chunk_db=None,
+                          convergence_inhibit_ms=round(20 * CHUNK_S * 1000), tail_inhibit_ms=0,
+                          **options)  # fmt: skip
+
+    def power_sum(*levels_db: float) -> float:
+        return 10 * np.log10(sum(10 ** (level / 10) for level in levels_db))
+
+    levels: list = []
+    for i in range(90):
+        room_db = BABBLE_DB[i % len(BABBLE_DB)]
+        playing = 10 <= i < 70
+        said = person is not None and (
+            (person[0] == "over the reply" and 50 <= i < 56)
+            or (person[0] == "in the pause" and 80 <= i < 86)
+        )
+        sources = [room_db] + ([ECHO[0]] if playing else []) + ([person[1]] if said else [])
+        levels.append((power_sum(*sources), ECHO[1] if playing else None))
+    detector = BargeInDetector(loud, lambda: None, opts, clock=clock, activity=activity,
+                               echo_levels=levels_by_chunk(levels),
+                               room_level_db=room_level_db)  # fmt: skip
+    if feed_all(detector, "s" * before, clock, start_s=(10 - before) * CHUNK_S) is not None:
+        return detector
+    activity.first_loud_s = 10 * CHUNK_S
+    if feed_all(detector, "s" * 60, clock, start_s=10 * CHUNK_S) is not None:
+        return detector
+    activity.quiet_since_s = 70 * CHUNK_S
+    feed_all(detector, "." + "s" * 19, clock, start_s=70 * CHUNK_S)  # a new run in the pause
+    return detector
+
+
+def test_other_people_talking_in_the_room_do_not_barge_in() -> None:
+    """Babble is speech to Silero. Learnt before the reply's first sound, the room's level
+    holds it back where nothing plays, and the echo prediction (with the room's share) where
+    the reply plays; the person, nearer the microphone, still stops the reply."""
+    detector = babble_turn()
+    assert detector.fired is None, detector.trace
+    assert detector.ambient.floor_db == pytest.approx(-40.0)
+    # The run over the reply was held back by the echo test, the one in the pause by the room's.
+    assert detector.double_talk_vetoes == 1 and detector.room_vetoes == 1
+    # Nothing was counted before the far end sounded (no reply to interrupt yet).
+    assert all(row[2] for row in detector.trace[:10])
+    # The person, at -25 dBFS, over the reply and in its pause.
+    assert babble_turn(("over the reply", -25.0)).fired is not None
+    assert babble_turn(("in the pause", -25.0)).fired is not None
+    # Without the room's level (the detector before it), the babble stops the reply.
+    assert babble_turn(ambient_margin_db=None).fired is not None
+
+
+def test_with_nothing_heard_before_the_reply_the_room_is_learnt_in_its_pause() -> None:
+    """The microphone often opens with the reply: no chunk of the room alone before it. In a
+    pause, speech cannot be told from the room's own talk while no floor is known: it neither
+    counts nor teaches (a person's voice must not become the floor), so babble that was never
+    heard alone cuts nothing, and a person is heard over the playing reply (the echo test)
+    but not in a pause. A level an earlier turn kept (vocal.duplex.room_level) is known from
+    the start, and in a quiet room the pause's quiet chunks teach it."""
+    detector = babble_turn(before=0)
+    assert detector.fired is None and detector.ambient.floor_db is None
+    assert babble_turn(("over the reply", -25.0), before=0).fired is not None
+    assert babble_turn(("in the pause", -25.0), before=0).fired is None  # the cost
+    kept = babble_turn(("in the pause", -25.0), before=0, room_level_db=-40.0)
+    assert kept.fired is not None and kept.ambient.floor_db == pytest.approx(-40.0, abs=2.0)
 
 
 @pytest.mark.parametrize(

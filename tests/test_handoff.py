@@ -98,3 +98,27 @@ def test_a_near_end_run_counts_only_where_the_fit_held_on_the_reply_before_it() 
     assert Rebuilt(blocks, left).near_end_s(blocks) == pytest.approx(3 * BLOCK_S)
     later = Rebuilt(blocks, left).near_end_s(blocks, from_s=5 * BLOCK_S)
     assert later == pytest.approx(7 * BLOCK_S)
+
+
+def test_a_glitch_near_the_end_blanks_the_hand_over() -> None:
+    """An underflow moves the echo path under the fit: a fit that still removes 32 dB over
+    the stretch left "in the Docs folder." for a near-end run once. With a glitch in or just
+    before the stretch, nothing from before the end is handed over (the tail is blanked)."""
+    from types import SimpleNamespace
+
+    from vocal.duplex.handoff import HANDOVER_LOOKBACK_S, handover_blocks
+
+    levels = [0.1] * 40
+    blocks = blocks_of(levels)
+    ended_s = blocks[-1].captured_at_s
+    fit = Rebuilt(blocks, [0.003] * 30 + [1.0] * 10)  # 50 dB, then the last 10 blocks not
+    fit.removed_db, fit.delay_ms = 40.0, 120.0
+    detector = BargeInDetector(lambda _chunk: 0.0, lambda: None, BargeInOptions())
+    guard = SimpleNamespace(detector=detector, echo_free_onset=lambda _to_s: fit)
+
+    handed, _, report = handover_blocks(guard, blocks, ended_s)
+    assert report["source"] == "raw" and handed, report  # the near-end run, as before
+    detector.glitch_at_s.append(ended_s - HANDOVER_LOOKBACK_S - 1.0)
+    handed, echo_free, report = handover_blocks(guard, blocks, ended_s)
+    assert handed is None and echo_free is None
+    assert report["source"] == "blanked" and report["glitch"] is True

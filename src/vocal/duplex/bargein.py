@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from vocal.audio.chunks import Chunker
+from vocal.duplex.ambient import AmbientFloor
 
 if TYPE_CHECKING:
     import numpy as np
@@ -137,6 +138,15 @@ class BargeInOptions:
     #: prediction for 0.25 s and was never heard; residual echo came at most 2.7 dB above it.
     tail_override_db: float | None = 6.0
     glitch_inhibit_ms: int = 1500
+    #: A speech chunk counts only this many dB (or more) above the room's own level, the
+    #: median raw level heard while nothing played (vocal.duplex.ambient; None: off). Other
+    #: people talking in the room are speech to Silero: at -40 dBFS they cut every echo-only
+    #: turn on the room harness, where the person's speech measured -17 to -25 dBFS. 32 ms
+    #: chunks of that babble rose at most 8 dB above its median, and the floor is estimated
+    #: from the ~0.3 s before the reply's first sound (its median's error: -3.4 dB in 1 case
+    #: in 10): hence 10. Chunks before the far end's first loud sample count towards nothing
+    #: (the "before" window: no reply to interrupt yet) and teach the floor.
+    ambient_margin_db: float | None = 10.0
     #: Audio kept from before the first chunk of the deciding run. Silero is sure of the person
     #: 0.17-0.37 s after their first sound in double talk (up to 0.7 s on a loaded machine),
     #: since AEC3's suppressor holds the near end down at first: 600 ms keeps the onset.
@@ -216,6 +226,8 @@ class BargeInDetector:
             captured at a time (`EchoCanceller.echo_levels_db`), for `double_talk_db`.
         delay_frames: how late the samples fed are against their capture time
             (`EchoCanceller.capture_delay_frames`), so chunk times are capture times.
+        room_level_db: the room's level a recent turn heard (vocal.duplex.room_level), a
+            start for `ambient`.
         clock: monotonic time source (tests).
     """
 
@@ -230,6 +242,7 @@ class BargeInDetector:
         attenuation: Callable[[float], float | None] | None = None,
         echo_levels: Callable[[float], tuple[float, float | None] | None] | None = None,
         delay_frames: int = 0,
+        room_level_db: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         import numpy as np
@@ -252,7 +265,10 @@ class BargeInDetector:
         self._run_heard = False
         #: Runs long enough to fire that the double-talk test held back (each counted once).
         self.double_talk_vetoes = 0
+        #: Runs long enough to fire whose chunks all stayed within the room's level (`ambient`).
+        self.room_vetoes = 0
         self._run_vetoed = False
+        self._run_above_room = False
         self._glitch_count = glitches() if glitches is not None else 0
         self._glitch_until_s = -math.inf
         #: When each glitch was noticed (clock time).
@@ -279,6 +295,9 @@ class BargeInDetector:
         #: Runs decided by one chunk far above the predicted echo (`strong_chunk_db`).
         self.strong_chunks = 0
         self._chunker = Chunker(o.chunk_frames, o.sample_rate)
+        #: The room's own level (`ambient_margin_db`), from the last turn's (`room_level_db`,
+        #: vocal.duplex.room_level) until this one has heard its own.
+        self.ambient = AmbientFloor(o.ambient_margin_db, prior_db=room_level_db)
 
     def onset_s(self) -> float:
         """Where the speech that made it fire began (capture time): the first chunk of the run
@@ -311,12 +330,15 @@ class BargeInDetector:
 
     def window(self, at_s: float) -> str | None:
         """The inhibit window a chunk captured at `at_s` falls in: "glitch" (or a resume's
-        hold), "convergence", "tail", or None."""
+        hold), "before" (the far end has not sounded yet), "convergence", "tail", or None."""
         if at_s < self._glitch_until_s:
             return "glitch"
         activity = self.activity
-        if activity is None or activity.first_loud_s is None:
+        if activity is None:
             return None
+        if activity.first_loud_s is None or at_s < activity.first_loud_s:
+            # Captured before the reply's first sound (and maybe looked at after it).
+            return "before" if self.options.ambient_margin_db is not None else None
         o = self.options
         if activity.first_loud_s <= at_s < activity.first_loud_s + o.convergence_inhibit_ms / 1000:
             return "convergence"
@@ -369,6 +391,16 @@ class BargeInDetector:
         if excess is None or inhibited:
             excess = self.excess_db(echo_only=probability < o.threshold,
                                     maybe_echo=inhibited)  # fmt: skip
+        raw_db = None if self._echo_levels is None else self._echo_levels[0]
+        quiet = math.isinf(excess or 0.0)  # nothing plays that can echo in this chunk
+        above = self.ambient.above(raw_db, playing=not quiet)
+        if raw_db is not None and quiet and windows <= {"before", "glitch"}:
+            # Nothing plays, nor rings on: the room alone, unless a person speaks in a pause;
+            # their speech must not become the room's level (see `AmbientFloor.teach`). A
+            # glitch (an underflow as the stream starts, often) matters to the canceller, not
+            # to a raw level.
+            self.ambient.teach(raw_db, speech=probability >= o.threshold and not windows,
+                               above=above)  # fmt: skip
         self.trace.append((end_s, probability, inhibited, self._attenuation_db, excess))
         if inhibited:
             self.inhibited_chunks += 1
@@ -378,19 +410,22 @@ class BargeInDetector:
             self._run.clear()
             if o.onset_threshold is not None and probability >= o.onset_threshold:
                 self._open_run(probability)  # may open the next run
-                self._hear(excess)
+                self._hear(excess, above)
             return False
         if self._run:
             self._run.append(probability)
         else:
             self._open_run(probability)
-        self._hear(excess)
-        if len(self._run) < self._run_needs and not self._strong(excess):
+        self._hear(excess, above)
+        if len(self._run) < self._run_needs and not (above and self._strong(excess)):
             return False
         if not self._run_heard:
             if not self._run_vetoed:
                 self._run_vetoed = True
-                self.double_talk_vetoes += 1
+                if self._run_above_room:
+                    self.double_talk_vetoes += 1
+                else:
+                    self.room_vetoes += 1
             return False
         self.on_barge_in()
         now = self._clock()
@@ -414,14 +449,19 @@ class BargeInDetector:
         o = self.options
         if render_db is None or render_db < o.double_talk_min_render_db:
             return math.inf
-        gain_db = self._echo_gain_db()
-        excess = None if gain_db is None else raw_db - (render_db + gain_db)
+        excess = self._over_echo_db(raw_db, render_db)
         fits_echo = excess is None or o.double_talk_db is None or excess < o.double_talk_db
-        if echo_only or (maybe_echo and fits_echo):
-            self._echo_gains.append(raw_db - render_db)
-            gain_db = self._echo_gain_db()
-            excess = None if gain_db is None else raw_db - (render_db + gain_db)
+        echo_db = self.ambient.minus(raw_db)  # the echo's share of the raw level
+        if echo_db is not None and (echo_only or (maybe_echo and fits_echo)):
+            self._echo_gains.append(echo_db - render_db)
+            excess = self._over_echo_db(raw_db, render_db)
         return excess
+
+    def _over_echo_db(self, raw_db: float, render_db: float) -> float | None:
+        """How far `raw_db` is above the echo `render_db` predicts, the room's own level added
+        (None: the echo path's gain is not known yet)."""
+        gain_db = self._echo_gain_db()
+        return None if gain_db is None else raw_db - self.ambient.plus(render_db + gain_db)
 
     def _echo_gain_db(self) -> float | None:
         """The echo path's gain as learnt so far (None: too few echo chunks seen)."""
@@ -438,14 +478,18 @@ class BargeInDetector:
         self.strong_chunks += 1
         return True
 
-    def _hear(self, excess: float | None) -> None:
-        """Note a chunk of the current run for the double-talk test."""
+    def _hear(self, excess: float | None, above_room: bool) -> None:
+        """Note a chunk of the current run for the double-talk test (and the room's level)."""
         threshold = self.options.double_talk_db
+        if not above_room:
+            return
+        self._run_above_room = True
         if threshold is None or self.echo_levels is None or excess is None or excess >= threshold:
             self._run_heard = True
 
     def _open_run(self, probability: float) -> None:
         self._run_heard = False
+        self._run_above_room = False
         self._run_vetoed = False
         self._run.append(probability)
         self._run_needs = self.options.consecutive_chunks

@@ -19,9 +19,8 @@ Modes:
   pre-roll is fed to the endpointer first, so the interrupting words are transcribed; after
   the reply ends, the room's tail (`BargeInOptions.tail_inhibit_ms`) is blanked before listening.
 - half-duplex (`barge_in=False`): nothing captured before the reply's end plus
-  `REVERB_GAP_MS` reaches the endpointer. The microphone stream is opened early (a stream
-  takes 0.1-0.5 s to start here) and what it hears meanwhile is discarded unheard, which is
-  the same as opening it after the gap, minus the opening time.
+  `REVERB_GAP_MS` reaches the endpointer (the stream opens early, as it takes 0.1-0.5 s to
+  start, and what it hears meanwhile is discarded unheard).
 
 The control channel works throughout: `stop` ends the turn (no listening; `stopped` in the
 result, a `[stopped]` marker in the text output), `skip_forward` during the reply cuts to
@@ -97,6 +96,7 @@ def converse(
     """
     from vocal.audio.headphones import aec_wanted
     from vocal.duplex.echo_profile import HALF_DUPLEX, profile_for
+    from vocal.duplex.room_level import room_level_for
     from vocal.floor.gates import read_gates
     from vocal.speaking.speech import resolve_voice
     from vocal.tts import engine_class
@@ -114,10 +114,12 @@ def converse(
     use_aec, detection = aec_wanted(aec_mode)
     if not barge_in:
         use_aec = False  # nothing is heard while the reply plays: nothing to cancel
-    profile = None
+    profile = room_db = None
+    devices = (options.output_device or settings.output_device,
+               options.input_device or settings.input_device)  # fmt: skip
     if use_aec:
-        profile = profile_for(settings.home, options.output_device or settings.output_device,
-                              options.input_device or settings.input_device)  # fmt: skip
+        profile = profile_for(settings.home, *devices)
+        room_db = room_level_for(settings.home, *devices, now_s=time.time())
     if profile is not None and profile.verdict == HALF_DUPLEX and detection is not None:
         # --aec auto (the only mode with a detection), and `vocal doctor --echo` found the
         # echo here too strong to cancel.
@@ -130,7 +132,7 @@ def converse(
     gates = read_gates(settings.home)
     run = _Run(text, options, settings, report, started_at_s, name=name, voice=voice,
                rate=rate, gain=None if gates.silent else gates.gain, barge_in=barge_in,
-               use_aec=use_aec, profile=profile)  # fmt: skip
+               use_aec=use_aec, devices=devices, profile=profile, room_db=room_db)  # fmt: skip
     result = run.run()
     result.aec_detection = detection.kind.value if detection is not None else None
     result.echo_profile = profile.to_dict() if profile is not None else None
@@ -144,8 +146,12 @@ class _Run:
     def __init__(self, text: str, options: ConverseOptions, settings: Settings, report: Report,
                  started_at_s: float, *, name: str, voice: str | None, rate: int,
                  gain: float | None, barge_in: bool, use_aec: bool,
-                 profile: EchoProfile | None = None) -> None:  # fmt: skip
+                 devices: tuple[str | None, str | None], profile: EchoProfile | None = None,
+                 room_db: float | None = None) -> None:  # fmt: skip
         self.options, self.settings, self.report = options, settings, report
+        self.devices = devices  # (output, input) as the options and settings name them
+        #: The room's level a recent turn heard here (vocal.duplex.room_level), or None.
+        self.room_db = room_db
         self.name, self.rate, self.gain = name, rate, gain
         #: This device pair's echo as last measured (vocal.duplex.echo_profile): its delay
         #: starts the canceller closer to the echo.
@@ -208,6 +214,7 @@ class _Run:
             lambda: loader.close() if loader is not None else None,
             lambda: turn_loader.wait(10.0) if turn_loader is not None else None,
             lambda: parts.learner.join(1.0) if parts.learner is not None else None,
+            lambda: parts.room_keeper.join(1.0) if parts.room_keeper is not None else None,
         ):
             with contextlib.suppress(Exception):
                 closer()
@@ -287,6 +294,8 @@ class _Run:
         endpointer first (a barge-in's pre-roll) and the time from which capture counts."""
         from vocal.audio.vad import SileroVad
         from vocal.duplex.bargein import BargeInOptions, barge_in_options
+        from vocal.duplex.handoff import kept_blocks
+        from vocal.duplex.room_level import keep_heard_level
         from vocal.speaking.output import open_speech_player
         from vocal.speaking.speech import Speech, engine_loader
 
@@ -326,7 +335,8 @@ class _Run:
         if parts.barge_in:
             on_barge_in = speech.pause if judge_backchannels else speech.stop
             detector = echo_guard.watch(SileroVad(), on_barge_in, barge_in_options(settings),
-                                        player=player, mic=mic)  # fmt: skip
+                                        player=player, mic=mic,
+                                        room_level_db=self.room_db)  # fmt: skip
         # The cleaned blocks of the last few seconds: a barge-in decided late (an inhibit window
         # held it back) still hands the endpointer the person's first word.
         recent: collections.deque[Block] = collections.deque(maxlen=KEEP_BLOCKS)
@@ -382,8 +392,10 @@ class _Run:
         parts.clock["reply_ended"] = ended_s
         turn.check()
         record_history(turn, parts)
+        if detector is not None:
+            parts.room_keeper = keep_heard_level(settings.home, *self.devices, detector.ambient)
         if detector is not None and detector.fired is not None and fit is not None:
-            return self._kept_blocks(detector, recent, fit), None
+            return kept_blocks(parts, detector, recent, fit, self._learn_delay), None
         if parts.barge_in and parts.use_aec and not speech.result.stopped:
             from vocal.duplex.handoff import handover_blocks
 
@@ -475,7 +487,7 @@ class _Run:
         the turn's path, and a state directory that cannot take it never fails the turn."""
         from vocal.duplex.echo_profile import LEARN_MIN_REMOVED_DB, learn_delay_in_background
 
-        parts, options, settings = self.parts, self.options, self.settings
+        parts, settings = self.parts, self.settings
         if removed_db is None or delay_ms is None or removed_db < LEARN_MIN_REMOVED_DB:
             return
         if parts.learner is None:  # one per turn: the first fit that held
@@ -483,27 +495,8 @@ class _Run:
             def learned(delay_ms: float) -> None:
                 parts.learned_delay_ms = delay_ms
 
-            parts.learner = learn_delay_in_background(
-                settings.home, options.output_device or settings.output_device,
-                options.input_device or settings.input_device, delay_ms, learned)  # fmt: skip
-
-    def _kept_blocks(
-        self, detector: BargeInDetector, recent: collections.deque[Block], fit: OnsetFit
-    ) -> list[Block]:
-        """After a barge-in: the blocks from the pre-roll before the person's onset, rebuilt
-        from the raw capture where the echo fit is good (vocal.duplex.handoff)."""
-        from vocal.duplex.handoff import kept_after_barge_in
-
-        parts = self.parts
-        assert parts.onset_s is not None  # set when the detector fired
-        echo_free = fit.result()
-        parts.onset_fit_s = fit.fit_s
-        parts.onset_removed_db = echo_free.removed_db if echo_free is not None else None
-        if echo_free is not None:
-            self._learn_delay(echo_free.removed_db, echo_free.delay_ms)
-        kept, clean = kept_after_barge_in(detector, parts.onset_s, recent, echo_free)
-        parts.echo_free = echo_free if clean else None
-        return kept
+            parts.learner = learn_delay_in_background(settings.home, *self.devices, delay_ms,
+                                                      learned)  # fmt: skip
 
 
 __all__ = ["REVERB_GAP_MS", "STOPPED_MARKER", "converse"]

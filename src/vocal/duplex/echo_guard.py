@@ -88,8 +88,10 @@ class EchoGuard:
         *,
         player: _Underflows,
         mic: _Overflows,
+        room_level_db: float | None = None,
     ) -> BargeInDetector:
-        """Start a barge-in detector on the cleaned capture; `on_barge_in` stops the reply."""
+        """Start a barge-in detector on the cleaned capture; `on_barge_in` stops the reply.
+        `room_level_db`: the room's level a recent turn heard (vocal.duplex.room_level)."""
         import dataclasses
 
         from vocal.duplex.bargein import BargeInDetector, BargeInOptions
@@ -110,6 +112,7 @@ class EchoGuard:
             + player.underflows + mic.overflows,
             attenuation=canceller.attenuation_db if canceller is not None else None,
             echo_levels=canceller.echo_levels_db if canceller is not None else None,
+            room_level_db=room_level_db,
         )  # fmt: skip
         return self.detector
 

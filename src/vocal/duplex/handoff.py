@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from vocal.duplex.bargein import BargeInDetector
     from vocal.duplex.echo_guard import EchoGuard
     from vocal.duplex.onset import EchoFreeOnset, OnsetFit
+    from vocal.duplex.outcome import TurnParts
     from vocal.hearing.stt_loading import SttLoader
 
 #: The capture's sample rate (the Microphone's, vocal.duplex.onset's).
@@ -37,6 +38,11 @@ SAMPLE_RATE = 16_000
 #: good leaves the reply ~-50 dBFS at the microphone, under what the endpointer hears.
 HANDOVER_LOOKBACK_S = 1.0
 HANDOVER_MIN_REMOVED_DB = 30.0
+#: A glitch (an output underflow, an input overflow) this long before the hand-over's stretch
+#: or inside it moves the echo path under the fit, which then leaves the reply's last words in
+#: the "echo-free" capture: the hand-over is blanked instead. Seen: "in the Docs folder." from
+#: a fit that removed 32 dB over the stretch, after 2 underflows (tests/test_converse.py).
+HANDOVER_GLITCH_BEFORE_S = 1.5
 #: Blocks (3 in a row) whose echo-free level is within this of the raw microphone's hold more
 #: than the reply's echo, if above the floor (dBFS of mean square); kept from this long before.
 NEAR_END_ECHO_DB = 8.0
@@ -147,6 +153,27 @@ def first_near_end_s(blocks: list[Block], clean: list[Block], echo_free: EchoFre
     return None
 
 
+def kept_blocks(
+    parts: TurnParts,
+    detector: BargeInDetector,
+    recent: Iterable[Block],
+    fit: OnsetFit,
+    learn: Callable[[float | None, float | None], None],
+) -> list[Block]:
+    """After a barge-in: the blocks from the pre-roll before the person's onset, rebuilt from
+    the raw capture where the echo fit is good (`kept_after_barge_in`), with what the fit
+    found noted in `parts` and its delay handed to `learn` (removed dB, delay ms)."""
+    assert parts.onset_s is not None  # set when the detector fired
+    echo_free = fit.result()
+    parts.onset_fit_s = fit.fit_s
+    parts.onset_removed_db = echo_free.removed_db if echo_free is not None else None
+    if echo_free is not None:
+        learn(echo_free.removed_db, echo_free.delay_ms)
+    kept, clean = kept_after_barge_in(detector, parts.onset_s, recent, echo_free)
+    parts.echo_free = echo_free if clean else None
+    return kept
+
+
 def handover_blocks(guard: EchoGuard, recent: Iterable[Block],
                     ended_s: float) -> tuple[list[Block] | None, EchoFreeOnset | None,
                                              dict[str, Any]]:  # fmt: skip
@@ -177,6 +204,10 @@ def handover_blocks(guard: EchoGuard, recent: Iterable[Block],
         "delay_ms": echo_free.delay_ms if echo_free is not None else None,
     }
     if echo_free is None or echo_free.removed_db < HANDOVER_MIN_REMOVED_DB:
+        return None, None, report
+    since_s = ended_s - HANDOVER_LOOKBACK_S - HANDOVER_GLITCH_BEFORE_S
+    if detector is not None and any(at_s >= since_s for at_s in detector.glitch_at_s):
+        report["glitch"] = True
         return None, None, report
     kept = [b for b in recent
             if b.captured_at_s > ended_s - HANDOVER_LOOKBACK_S - NEAR_END_PRE_ROLL_S]  # fmt: skip

@@ -79,6 +79,9 @@ class ConverseResult:
     echo_profile: dict[str, Any] | None = None
     #: The echo delay this turn measured and kept for the next (ms; None: no fit held).
     learned_echo_delay_ms: float | None = None
+    #: The room's own level at the microphone while the reply was silent (dB of mean square;
+    #: the barge-in detector's floor, vocal.duplex.ambient); None: not known.
+    room_level_db: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What `vocal converse --json` prints."""
@@ -99,6 +102,7 @@ class ConverseResult:
             "aec_detection": self.aec_detection,
             "echo_profile": self.echo_profile,
             "learned_echo_delay_ms": self.learned_echo_delay_ms,
+            "room_level_db": self.room_level_db,
             "end_reason": self.listen.end_reason if self.listen else None,
             # The end-of-turn stage's verdict on each pause of the answer (vocal.hearing.endofturn).
             "turn": self.listen.turn if self.listen else None,

@@ -68,6 +68,8 @@ class TurnParts:
     #: Keeping the turn's echo delay for the next one (vocal.duplex.echo_profile.learn_delay),
     #: and the delay kept once it has been written.
     learner: threading.Thread | None = None
+    #: Keeps the room's level the detector heard for the next turn (vocal.duplex.room_level).
+    room_keeper: threading.Thread | None = None
     learned_delay_ms: float | None = None
 
 
@@ -191,11 +193,15 @@ def converse_result(
         "strong_chunks": detector.strong_chunks if detector is not None else 0,
         # Speech runs the double-talk test held back (BargeInOptions.double_talk_db).
         "double_talk_vetoes": detector.double_talk_vetoes if detector is not None else 0,
+        # Speech runs held back for never rising above the room's own level (other people
+        # talking: BargeInOptions.ambient_margin_db).
+        "room_vetoes": detector.room_vetoes if detector is not None else 0,
         "backchannels": len(parts.backchannels),
         # Speech chunks counted inside a tail window (BargeInOptions.tail_override_db).
         "tail_overrides": detector.tail_overrides if detector is not None else 0,
     }  # fmt: skip
     text = listened.text if listened is not None else ""
+    room_db = detector.ambient.floor_db if detector is not None else None
     result = ConverseResult(
         text=text,
         speech_heard=bool(listened and listened.speech_heard),
@@ -216,6 +222,7 @@ def converse_result(
         sentences=sentences,
         backchannels=list(parts.backchannels),
         tail_audio=parts.tail_audio,
+        room_level_db=None if room_db is None else round(room_db, 1),
         interruption_audio=None
         if fired is None
         else {

@@ -1,0 +1,110 @@
+"""The room's own level at a device pair's microphone, kept from one turn for the next.
+
+The barge-in detector learns the room's level (vocal.duplex.ambient) while nothing plays: before
+the reply's first sound and in its pauses. Before the first sound there is often less than one
+32 ms chunk (the reply starts 0-80 ms after the microphone opens), so in a room full of other
+talkers the first pause came before the level was known, and the babble in it cut the reply
+(benchmarks/converse --room chatter). A turn that heard the room long enough keeps its level
+here, per (output, input) pair as the echo profile is (vocal.duplex.echo_profile), and the next
+turn starts from it while it is fresh (`FRESH_S`): rooms change, a café empties.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from vocal.duplex.ambient import AmbientFloor
+from vocal.duplex.echo_profile import PROFILE_DIR_NAME, profile_path
+from vocal.errors import VocalError
+from vocal.floor.statedir import ensure_private_dir
+from vocal.floor.statefiles import read_record, record_from, write_json
+
+#: A level older than this (s) says too little of the room now to start a turn from.
+FRESH_S = 15 * 60
+#: A turn keeps its level only when it heard the room for this many chunks (~0.5 s).
+MIN_CHUNKS = 16
+
+
+@dataclass(frozen=True)
+class RoomLevel:
+    """The median raw level (dB of mean square) a turn heard while nothing played."""
+
+    output: str
+    input: str
+    level_db: float
+    measured_at: float
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def room_level_path(home: Path, output: str, input: str) -> Path:
+    """Beside the pair's echo profile."""
+    return profile_path(home, output, input).with_suffix(".room.json")
+
+
+def parse_room_level(data: object) -> RoomLevel:
+    """A `RoomLevel` from its JSON (BadRecord for anything vocal does not write)."""
+    return record_from(RoomLevel, data, {"level_db": (-200.0, 20.0),
+                                         "measured_at": (0.0, 1e11)})  # fmt: skip
+
+
+def fresh_room_level(home: Path, output: str, input: str, *, now_s: float) -> float | None:
+    """The pair's room level if it was heard within `FRESH_S`, else None."""
+    if not (Path(home) / PROFILE_DIR_NAME).is_dir():
+        return None
+    path = room_level_path(home, output, input)
+    level = read_record(path, parse_room_level, log_dir=Path(home) / "logs")
+    if level is None or (level.output, level.input) != (output, input):
+        return None
+    return level.level_db if 0 <= now_s - level.measured_at <= FRESH_S else None
+
+
+def room_level_for(home: Path, output_device: str | None, input_device: str | None, *,
+                   now_s: float) -> float | None:  # fmt: skip
+    """The fresh room level of the pair these devices (None: the defaults) make, or None.
+    Costs a directory check when nothing was ever kept, else a `pactl info`, as
+    `vocal.duplex.echo_profile.profile_for` does."""
+    if not (Path(home) / PROFILE_DIR_NAME).is_dir():
+        return None
+    from vocal.audio.endpoints import device_pair
+
+    return fresh_room_level(home, *device_pair(output_device, input_device), now_s=now_s)
+
+
+def keep_heard_level(home: Path, output_device: str | None, input_device: str | None,
+                     ambient: AmbientFloor) -> threading.Thread | None:  # fmt: skip
+    """Keep the level a turn's detector heard (`ambient`), if it heard the room long enough
+    (`MIN_CHUNKS`), in a thread (started; join it before the process exits; the device pair
+    is resolved there). A state directory that cannot take it never fails the turn."""
+    level_db = ambient.learned_db
+    if level_db is None or ambient.learned_chunks < MIN_CHUNKS:
+        return None
+
+    def keep() -> None:
+        from vocal.audio.endpoints import device_pair
+
+        with contextlib.suppress(VocalError, OSError):  # the next turn learns the room again
+            output, input = device_pair(output_device, input_device)
+            path = room_level_path(home, output, input)
+            ensure_private_dir(path.parent)
+            write_json(path, RoomLevel(output, input, level_db, time.time()).to_dict())
+
+    thread = threading.Thread(target=keep, name="vocal-room-level", daemon=True)
+    thread.start()
+    return thread
+
+
+__all__ = [
+    "FRESH_S",
+    "MIN_CHUNKS",
+    "RoomLevel",
+    "fresh_room_level",
+    "keep_heard_level",
+    "room_level_for",
+    "room_level_path",
+]
