@@ -35,16 +35,23 @@ class Tmux:
         """Type `keys` (tmux key names: "Enter", "Space", "Escape", or text) into `pane`."""
         self.run("send-keys", "-t", pane, *keys)
 
-    def start_vocal(self, *args: str, name: str = "vocal") -> PaneRun:
+    def capture(self, pane: str) -> str:
+        """What `pane` shows now (its visible lines)."""
+        return self.run("capture-pane", "-p", "-t", pane)
+
+    def start_vocal(self, *args: str, name: str = "vocal", stderr_to_pane: bool = False) -> PaneRun:
         """Run `python -m vocal ARGS` in a new window, on its terminal (stdin and the
         controlling terminal are the pane's), with this process's environment; its stdout,
-        stderr and exit status go to files (`PaneRun`)."""
+        stderr (unless `stderr_to_pane`: then the pane shows it) and exit status go to files
+        (`PaneRun`). The window stays open after the command ends."""
         run = PaneRun(self, "", self.directory / f"{name}.out", self.directory / f"{name}.err",
                       self.directory / f"{name}.rc")  # fmt: skip
         argv = ["env", "-i", *(f"{k}={v}" for k, v in os.environ.items()),
                 sys.executable, "-m", "vocal", *args]  # fmt: skip
         # tmux runs a window's command through the shell: the one string here is quoted whole.
-        shell = f"{shlex.join(argv)} >{run.stdout_path} 2>{run.stderr_path}; echo $? >{run.rc_path}"
+        errors = "" if stderr_to_pane else f" 2>{run.stderr_path}"
+        # The window stays after the command (`sleep`), so its screen can still be read.
+        shell = f"{shlex.join(argv)} >{run.stdout_path}{errors}; echo $? >{run.rc_path}; sleep 60"
         run.pane = self.run("new-window", "-d", "-t", "agents", "-P", "-F", "#{pane_id}",
                             shell).strip()  # fmt: skip
         return run

@@ -44,6 +44,7 @@ from vocal.duplex.options import ConverseOptions, ConverseResult
 from vocal.duplex.outcome import TurnParts, converse_result, record_history
 from vocal.errors import DeviceError, UsageError
 from vocal.floor.phases import TurnPhase
+from vocal.hearing.live import status_line
 
 if TYPE_CHECKING:
     from vocal.audio.devices import Block, Microphone
@@ -162,6 +163,8 @@ class _Run:
             started_at_s=started_at_s, clock={"started": started_at_s},
         )  # fmt: skip
         self.listen_stop = threading.Event()
+        #: What the turn is doing, on stderr when it is a terminal (vocal.hearing.live).
+        self.line = status_line()
         #: The converse step `status` reports: "starting", "speaking", "listening".
         self.phase = "starting"
 
@@ -205,6 +208,7 @@ class _Run:
         speech, player, mic = parts.speech, parts.player, parts.mic
         loader, turn_loader = parts.loader, parts.turn_loader
         for closer in (
+            lambda: self.line.clear() if self.line is not None else None,
             lambda: speech.stop() if speech is not None else None,
             lambda: player.close() if player is not None else None,
             lambda: mic.close() if mic is not None else None,
@@ -257,13 +261,15 @@ class _Run:
         source = TurnSource(mic, kept, heard_from_s=heard_from_s, drop_before=not parts.barge_in,
                             rebuild=rebuild)  # fmt: skip
         from vocal.hearing.listening import listen
+        from vocal.hearing.live import meter_hooks
         from vocal.hearing.push_to_talk import keys_for
 
+        on_block, on_words = meter_hooks(self.line, turn.check)
         with keys_for(options.push_to_talk, self.listen_stop, listening) as (keys, listening):
             listened = keys.ended(listen(
                 source, stt=loader, options=listening, confidence=SileroVad(),
                 turn_model=parts.turn_loader, stop=self.listen_stop,
-                on_block=keys.watching(lambda _samples, _state: turn.check()),
+                on_block=keys.watching(on_block), on_words=on_words,
             ))  # fmt: skip
         parts.mic = None  # listen closed it
         turn.check()
@@ -367,6 +373,8 @@ class _Run:
                         last_progress_s = time.monotonic()
                 # A vanished output stops calling back: nothing is played, nothing fails.
                 frames = player.played_frames
+                if self.line is not None and (playing := speech.result.playing(frames)):
+                    self.line.speaking(playing.text)
                 if frames != last_frames or speech.paused or player.started_at_s is None:
                     last_frames, last_progress_s = frames, now
                 elif now - last_progress_s > OUTPUT_STALL_S:

@@ -21,13 +21,16 @@ a remote turn ends a little more eagerly on a pause after an unfinished clause.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from vocal.audio.wav import Audio
 from vocal.stt import SttEngine, Transcript, is_remote
 
 if TYPE_CHECKING:
+    from vocal.audio.vad import Endpointer
     from vocal.hearing.endofturn import UtteranceKey
+    from vocal.hearing.stt_loading import SttLoader
 
 
 def transcribes_early(engine: SttEngine) -> bool:
@@ -48,8 +51,11 @@ class EarlyTranscriber:
     kept while one runs (a stale one is never queued behind it).
     """
 
-    def __init__(self, engine: SttEngine) -> None:
+    def __init__(self, engine: SttEngine, on_text: Callable[[str], object] | None = None) -> None:
         self.engine = engine
+        #: Called (in this worker's thread) with the text of every transcript made, for the
+        #: words shown while the person speaks (vocal.hearing.live).
+        self.on_text = on_text
         self._lock = threading.Condition()
         self._pending: tuple[UtteranceKey, Audio] | None = None
         self._done: dict[UtteranceKey, Transcript | BaseException] = {}
@@ -83,6 +89,14 @@ class EarlyTranscriber:
                 self._done = {key: outcome}
                 self._current = None
                 self._lock.notify_all()
+            if self.on_text is not None and isinstance(outcome, Transcript):
+                self.on_text(outcome.text)
+
+    @property
+    def idle(self) -> bool:
+        """Whether nothing is being transcribed or waiting to be."""
+        with self._lock:
+            return self._current is None and self._pending is None
 
     def result(self, key: UtteranceKey) -> Transcript | None:
         """The transcript of utterance `key` (waiting for it if it is being made), or None
@@ -118,4 +132,87 @@ class EarlyTranscriber:
         self._thread.join()
 
 
-__all__ = ["EarlyTranscriber", "transcribes_early"]
+#: A partial transcript is asked for after this much more speech (s of audio) since the last
+#: transcript was asked for (a pause's, or a partial's).
+PARTIAL_EVERY_S = 1.0
+#: ... and only while the last this many chunks were speech (probability at or above the
+#: endpointer's start threshold): in the middle of words, not as a pause may begin, so that a
+#: pause's own transcript rarely waits behind a partial one (a decode cannot be interrupted).
+PARTIAL_SPEECH_CHUNKS = 3
+
+
+class TurnTranscripts:
+    """The transcripts made while a turn is being recorded, in one `EarlyTranscriber`: one at
+    each pause (`on_pause`; the end-of-turn stage reads them, and a turn that ends has its
+    transcript ready), and with `on_words` partial ones while the person speaks (`watch`),
+    each handed to `on_words` for the words shown on a terminal (vocal.hearing.live).
+
+    `stt` is a loaded engine or an `SttLoader`; the transcriber starts with the first request
+    once the engine is ready (a live turn does not wait for it; a file, `live` False, does).
+    A remote engine is never asked before the turn ends (module docstring).
+    """
+
+    def __init__(self, stt: SttLoader | SttEngine, *, live: bool,
+                 on_words: Callable[[str], object] | None = None) -> None:  # fmt: skip
+        self.stt, self.live, self.on_words = stt, live, on_words
+        self.early: EarlyTranscriber | None = None
+        self._remote = False
+        self._asked_at_frame = 0
+        #: Partial transcripts asked for.
+        self.partials = 0
+
+    def _transcriber(self) -> EarlyTranscriber | None:
+        from vocal.hearing.stt_loading import SttLoader
+
+        if self.early is None and not self._remote:
+            stt = self.stt
+            if not isinstance(stt, SttLoader):
+                engine: SttEngine | None = stt
+            else:  # a live turn has had the whole utterance to load it; a file waits for it
+                engine = stt.ready_engine() if self.live else stt.engine()
+            if engine is None:  # still loading: the turn will wait for it anyway
+                return None
+            if not transcribes_early(engine):
+                self._remote = True
+                return None
+            self.early = EarlyTranscriber(engine, on_text=self.on_words)
+        return self.early
+
+    def on_pause(self, endpointer: Endpointer) -> None:
+        """A pause began: transcribe the utterance so far."""
+        early = self._transcriber()
+        if early is None:
+            return
+        key = (endpointer.speech_start_frame, endpointer.speech_end_frame)
+        early.submit(key, Audio(endpointer.utterance(), endpointer.sample_rate))
+        self._asked_at_frame = endpointer.fed_frames
+
+    def watch(self, endpointer: Endpointer) -> None:
+        """After every block: a partial transcript, when one is due (see `PARTIAL_EVERY_S`)."""
+        from vocal.audio.vad import VadState
+
+        if self.on_words is None or endpointer.state is not VadState.SPEAKING:
+            return
+        rate, fed = endpointer.sample_rate, endpointer.fed_frames
+        recent = endpointer.probabilities[-PARTIAL_SPEECH_CHUNKS:]
+        threshold = endpointer.options.start_threshold
+        if fed - self._asked_at_frame < PARTIAL_EVERY_S * rate or min(recent) < threshold:
+            return
+        early = self._transcriber()
+        if early is None or not early.idle:
+            return
+        self._asked_at_frame = fed
+        self.partials += 1
+        # Its own key, (-1, frames fed): never taken for a pause's utterance.
+        early.submit((-1, fed), Audio(endpointer.utterance(), rate))
+
+    def text(self, key: UtteranceKey, wait: bool) -> tuple[bool, str | None]:
+        """For the end-of-turn stage (`vocal.hearing.endofturn.TextSource`)."""
+        return (False, None) if self.early is None else self.early.text(key, wait)
+
+    def close(self) -> None:
+        if self.early is not None:
+            self.early.close()
+
+
+__all__ = ["EarlyTranscriber", "TurnTranscripts", "transcribes_early"]

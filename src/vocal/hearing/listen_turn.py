@@ -15,9 +15,6 @@ if TYPE_CHECKING:
     import threading
     from pathlib import Path
 
-    import numpy as np
-
-    from vocal.audio.vad import VadState
     from vocal.config import Settings
     from vocal.hearing.listening import ListenResult
     from vocal.hearing.push_to_talk import PushToTalk
@@ -86,6 +83,7 @@ def _listen(settings: Settings, vad: bool, seconds: float, input_file: Path | No
 
     from vocal.errors import UsageError
     from vocal.hearing.listening import ctrl_c_ends, listen, listen_options
+    from vocal.hearing.live import LevelMeter, status_line
     from vocal.hearing.push_to_talk import PROMPT, push_to_talk_options
     from vocal.hearing.stt_loading import stt_loader
 
@@ -102,14 +100,16 @@ def _listen(settings: Settings, vad: bool, seconds: float, input_file: Path | No
         from vocal.hearing.smart_turn import TurnModelLoader
 
         turn_loader = TurnModelLoader()
-    level = LevelMeter() if meter and input_file is None and sys.stderr.isatty() else None
+    line = status_line() if meter and input_file is None else None
+    level = LevelMeter(line) if line is not None else None
     if keys is not None and sys.stderr.isatty():
         print(PROMPT, file=sys.stderr)
     try:
         with ctrl_c_ends(stop):
             on_block = level if keys is None else keys.watching(level)
             result = listen(source, stt=loader, options=options, stop=stop, on_block=on_block,
-                            turn_model=turn_loader)  # fmt: skip
+                            turn_model=turn_loader,
+                            on_words=level.words if level is not None else None)  # fmt: skip
     finally:
         if level is not None:
             level.clear()
@@ -119,41 +119,4 @@ def _listen(settings: Settings, vad: bool, seconds: float, input_file: Path | No
     return keys.ended(result) if keys is not None else result
 
 
-class LevelMeter:
-    """A one-line input level meter on stderr (a terminal only), redrawn at most 20 times/s."""
-
-    WIDTH = 30
-    FLOOR_DB = -60.0
-
-    def __init__(self) -> None:
-        import sys
-        import time
-
-        self._stream = sys.stderr
-        self._clock = time.monotonic
-        self._last = 0.0
-        self._peak_db = self.FLOOR_DB
-
-    def __call__(self, samples: np.ndarray, state: VadState) -> None:
-        import math
-
-        rms = math.sqrt(float((samples * samples).mean())) if samples.size else 0.0
-        db = max(self.FLOOR_DB, 20 * math.log10(rms) if rms > 0 else self.FLOOR_DB)
-        self._peak_db = max(self._peak_db, db)
-        now = self._clock()
-        if now - self._last < 0.05:
-            return
-        self._last = now
-        filled = round((self._peak_db - self.FLOOR_DB) / -self.FLOOR_DB * self.WIDTH)
-        bar = "#" * filled + "-" * (self.WIDTH - filled)
-        label = "speaking" if state.value in ("starting", "speaking") else "listening"
-        self._stream.write(f"\r[{bar}] {self._peak_db:6.1f} dBFS  {label:<9}")
-        self._stream.flush()
-        self._peak_db = self.FLOOR_DB
-
-    def clear(self) -> None:
-        self._stream.write("\r\x1b[K")
-        self._stream.flush()
-
-
-__all__ = ["LevelMeter", "listen_turn"]
+__all__ = ["listen_turn"]

@@ -38,8 +38,8 @@ from vocal.audio.vad import (
 from vocal.audio.wav import STT_SAMPLE_RATE, Audio
 from vocal.config import Settings, bad_setting
 from vocal.errors import VocalError
-from vocal.hearing.early import EarlyTranscriber, transcribes_early
-from vocal.hearing.endofturn import EndOfTurnOptions, PauseJudge, UtteranceKey
+from vocal.hearing.early import TurnTranscripts
+from vocal.hearing.endofturn import EndOfTurnOptions, PauseJudge
 from vocal.hearing.smart_turn import TurnModelLoader
 from vocal.hearing.stt_loading import SttLoader
 from vocal.stt import SttEngine, Transcript
@@ -238,6 +238,7 @@ def record(
     check: Callable[[], None] | None = None,
     on_pause: Callable[[Endpointer], None] | None = None,
     judge: PauseJudge | None = None,
+    watch: Callable[[Endpointer], None] | None = None,
 ) -> tuple[Endpointer, _Marks]:
     """Feed `source`'s blocks to an endpointer until it is done, the source ends or `stop`.
 
@@ -249,6 +250,7 @@ def record(
     `options.early_after_ms` (the utterance so far is then complete but for the rest of its
     post-roll, which is silence), while the silence window still runs. `judge` (the end-of-turn
     stage) looks at every block's pause after that and may end the turn or hold it open.
+    `watch` sees the endpointer after every block (the partial transcripts of `listen`).
     """
     if confidence is None:
         from vocal.audio.vad import SileroVad
@@ -287,6 +289,8 @@ def record(
             on_pause(endpointer)
         if judge is not None:
             judge.update(endpointer)
+        if watch is not None:
+            watch(endpointer)
         if endpointer.done:
             break
         if stop is not None and stop.is_set():
@@ -311,6 +315,7 @@ def listen(
     on_block: BlockHook | None = None,
     close_source: bool = True,
     turn_model: TurnModelLoader | None = None,
+    on_words: Callable[[str], object] | None = None,
 ) -> ListenResult:
     """Record one utterance from the opened `source`, then transcribe it.
 
@@ -325,6 +330,9 @@ def listen(
         on_block: called with each block and the endpointer's state (a level meter).
         turn_model: Smart Turn loading in the background for the end-of-turn stage
             (`options.end_of_turn`); None judges pauses by the early transcript alone.
+        on_words: called (from another thread) with each transcript made while the person
+            speaks, partial ones included (vocal.hearing.early.TurnTranscripts); None makes
+            no partial ones.
 
     A source that is not live (`source.live` False: a WAV file, fed faster than real time)
     is endpointed on its own clock, and the end-of-turn stage waits for the model and the
@@ -337,39 +345,14 @@ def listen(
     options = options or ListenOptions()
     if source.sample_rate != STT_SAMPLE_RATE:
         raise VocalError(f"listen needs a {STT_SAMPLE_RATE} Hz source, got {source.sample_rate}")
-    early: EarlyTranscriber | None = None
     live = getattr(source, "live", True)
-
-    once_per_turn = False  # a remote engine: never asked in pauses (vocal.hearing.early)
-
-    def on_pause(endpointer: Endpointer) -> None:
-        nonlocal early, once_per_turn
-        if once_per_turn:
-            return
-        if early is None:
-            if not isinstance(stt, SttLoader):
-                engine: SttEngine | None = stt
-            else:  # a live turn has had the whole utterance to load it; a file waits for it
-                engine = stt.ready_engine() if live else stt.engine()
-            if engine is None:  # still loading: the turn will wait for it anyway
-                return
-            if not transcribes_early(engine):
-                once_per_turn = True
-                return
-            early = EarlyTranscriber(engine)
-        key = (endpointer.speech_start_frame, endpointer.speech_end_frame)
-        early.submit(key, Audio(endpointer.utterance(), endpointer.sample_rate))
-
-    class _EarlyTexts:
-        def text(self, key: UtteranceKey, wait: bool) -> tuple[bool, str | None]:
-            return (False, None) if early is None else early.text(key, wait)
-
+    transcripts = TurnTranscripts(stt, live=live, on_words=on_words)
     judge = None
     if options.vad and options.end_of_turn.enabled:
         judge = PauseJudge(
             options.end_of_turn,
             model=(lambda: turn_model.model()) if turn_model is not None else (lambda: None),
-            texts=_EarlyTexts(),
+            texts=transcripts,
             wait=not live,
         )
         if not live and turn_model is not None:
@@ -383,8 +366,9 @@ def listen(
             stop=stop,
             on_block=on_block,
             check=stt.raise_if_failed if isinstance(stt, SttLoader) else None,
-            on_pause=on_pause if options.vad and options.early_transcription else None,
+            on_pause=transcripts.on_pause if options.vad and options.early_transcription else None,
             judge=judge,
+            watch=transcripts.watch if options.vad and options.early_transcription else None,
         )
     finally:
         if close_source:
@@ -403,6 +387,7 @@ def listen(
     early_used = False
     stt_name = None  # the engine that made the transcript
     try:
+        early = transcripts.early
         if speech_heard and early is not None:
             key = (endpointer.speech_start_frame, endpointer.speech_end_frame)
             transcript = early.result(key)
@@ -417,8 +402,7 @@ def listen(
             stt_name = engine.name
         transcribed_at = time.monotonic() if speech_heard else None
     finally:
-        if early is not None:
-            early.close()
+        transcripts.close()
 
     opened_at = source.opened_at_s
     started_at = process_started_at()
@@ -453,6 +437,8 @@ def listen(
             "transcribe_s": transcript.transcribe_s if transcript else None,
             # True when the transcript was made during the silence window (EarlyTranscriber).
             "transcribed_early": early_used,
+            # Partial transcripts made while the person spoke (words shown on a terminal).
+            "partials": transcripts.partials,
             "end_to_text_s": span(marks.speech_end_at, transcribed_at),
         },
         clock={

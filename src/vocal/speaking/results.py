@@ -89,6 +89,15 @@ class SpeechResult:
     def played(self) -> list[SentenceRecord]:
         return [s for s in self.sentences if s.played]
 
+    def playing(self, played_frames: int) -> SentenceRecord | None:
+        """The sentence the output is playing once `played_frames` of it have played (None:
+        a pause between sentences, or nothing queued yet)."""
+        for record in self.sentences:
+            start = record.start_frame
+            if start is not None and start <= played_frames < start + record.frames:
+                return record
+        return None
+
     @property
     def failed(self) -> list[SentenceRecord]:
         return [s for s in self.sentences if s.failed_check]
