@@ -60,6 +60,15 @@ def shared_tts_cache(vocal_home: Path, tts_cache: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("VOCAL_TTS_CACHE_DIR", str(tts_cache))
 
 
+@pytest.fixture
+def tmux(pulse: PulseSinks):
+    """A private tmux server (harness.tmux) whose panes run on this session's sound server."""
+    from harness.tmux import tmux_server
+
+    with tmux_server() as server:
+        yield server
+
+
 @pytest.fixture(scope="session")
 def pulse() -> PulseSinks:
     """This session's null sinks, with this process and its children routed to them."""

@@ -10,14 +10,13 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
 
 from harness.listen_audio import join, play, silence, trimmed
 from harness.runner import run_vocal
-from harness.tmux import Tmux, tmux_server
+from harness.tmux import Tmux, needs_tmux
 from vocal.audio.vad import VadState
 from vocal.audio.wav import write_wav
 from vocal.hearing.live import LevelMeter, StatusLine, meter_hooks, status_line
@@ -63,17 +62,6 @@ def test_listen_off_a_terminal_writes_no_meter(tmp_path) -> None:
 
 
 # -- a real terminal ------------------------------------------------------------------------------
-needs_tmux = pytest.mark.skipif(
-    shutil.which("tmux") is None, reason="tmux is not installed (scripts/setup --test installs it)"
-)
-
-
-@pytest.fixture
-def tmux(pulse) -> Iterator[Tmux]:
-    with tmux_server() as server:
-        yield server
-
-
 def seen_on(tmux: Tmux, pane: str, wanted, timeout_s: float) -> str | None:
     """The first screen of `pane` for which `wanted(screen)` holds, polled (None: never)."""
     deadline = time.monotonic() + timeout_s

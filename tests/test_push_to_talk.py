@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import termios
@@ -18,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from harness.listen_audio import join, play, silence, trimmed
-from harness.tmux import Tmux, tmux_server
+from harness.tmux import PaneRun, Tmux, needs_tmux
 from vocal.errors import EXIT_USAGE, UsageError
 from vocal.hearing.listening import ListenOptions
 from vocal.hearing.push_to_talk import PushToTalk, push_to_talk_options
@@ -110,32 +109,29 @@ def test_push_to_talk_options_wait_for_the_key() -> None:
 
 
 # -- vocal listen --ptt in a real terminal -------------------------------------------------------
-needs_tmux = pytest.mark.skipif(
-    shutil.which("tmux") is None, reason="tmux is not installed (scripts/setup --test installs it)"
-)
-
-
-@pytest.fixture
-def tmux(pulse) -> Iterator[Tmux]:
-    with tmux_server() as server:
-        yield server
-
-
-@needs_tmux
-@pytest.mark.audio
-def test_listen_ptt_waits_through_a_pause_for_the_key(tmux: Tmux) -> None:
-    run = tmux.start_vocal("listen", "--ptt", "--json")
-    time.sleep(2.0)  # the microphone is open well within this (test_listen_stream.py)
+def answered_then_key(tmux: Tmux, run: PaneRun, key: str, wait_s: float = 2.0) -> dict:
+    """The person speaks `wait_s` after `run` started, pauses for 2 s (far past the 700 ms
+    silence window and the turn model's verdict: still recording), then presses `key`; the
+    turn's JSON, its words and end reason checked."""
+    time.sleep(wait_s)
     assert run.running(), run.stderr()
     play(join(trimmed(HEARD), silence(0.1)))
-    time.sleep(2.0)  # far past the 700 ms silence window and the turn model's verdict
+    time.sleep(2.0)
     assert run.running(), f"ended on the pause: {run.stdout()} {run.stderr()}"
-    tmux.send_keys(run.pane, "Enter")
+    tmux.send_keys(run.pane, key)
     assert run.wait() == 0, run.stderr()
     result = json.loads(run.stdout())
     assert result["end_reason"] == "key", result
     found = [w for w in HEARD_WORDS if w in result["text"].lower()]
     assert found == list(HEARD_WORDS), result["text"]
+    return result
+
+
+@needs_tmux
+@pytest.mark.audio
+def test_listen_ptt_waits_through_a_pause_for_the_key(tmux: Tmux) -> None:
+    # 2 s: the microphone is open well within this (test_listen_stream.py).
+    result = answered_then_key(tmux, tmux.start_vocal("listen", "--ptt", "--json"), "Enter")
     # The whole recording was kept until the key, the transcript from the speech alone.
     assert result["durations"]["recording_s"] > result["durations"]["speech_end_s"] + 1.5
 
@@ -156,18 +152,9 @@ def test_listen_ptt_esc_cancels_with_nothing_printed(tmux: Tmux) -> None:
 @pytest.mark.audio
 @pytest.mark.usefixtures("shared_tts_cache")
 def test_converse_ptt_answer_ends_on_the_key(tmux: Tmux) -> None:
-    """The reply plays, then the answer is recorded through a pause until Enter (half-duplex:
+    """The reply plays, then the answer is recorded through a pause until Space (half-duplex:
     the test's speaker sink is the microphone, so the reply must not be heard)."""
     run = tmux.start_vocal("converse", "--ptt", "--no-barge-in", "--json", "Okay.",
                            name="converse")  # fmt: skip
-    time.sleep(5.0)  # start-up, the short reply, the microphone opened after it
-    assert run.running(), run.stderr()
-    play(join(trimmed(HEARD), silence(0.1)))
-    time.sleep(2.0)
-    assert run.running(), f"ended on the pause: {run.stdout()} {run.stderr()}"
-    tmux.send_keys(run.pane, "Space")
-    assert run.wait() == 0, run.stderr()
-    result = json.loads(run.stdout())
-    assert result["end_reason"] == "key", result
-    found = [w for w in HEARD_WORDS if w in result["text"].lower()]
-    assert found == list(HEARD_WORDS), result["text"]
+    # 5 s: start-up, the short reply, the microphone opened after it.
+    answered_then_key(tmux, run, "Space", wait_s=5.0)

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 
 @dataclass
 class Tmux:
@@ -118,4 +120,9 @@ def tmux_server() -> Iterator[Tmux]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-__all__ = ["PaneRun", "Tmux", "tmux_server"]
+#: For tests that need tmux (scripts/setup --test installs it).
+needs_tmux = pytest.mark.skipif(
+    shutil.which("tmux") is None, reason="tmux is not installed (scripts/setup --test installs it)"
+)
+
+__all__ = ["PaneRun", "Tmux", "needs_tmux", "tmux_server"]
