@@ -76,9 +76,17 @@ def distinctive(word: str) -> bool:
 NAME_LIST = re.compile(r"[\w.\-]+(?:[\s,;]+[\w.\-]+)*[\s,;.]*")
 
 
-def as_prompt(names: list[str]) -> str:
-    """Names as the sentence Whisper is prompted with (see the module docstring)."""
-    return "We talked about " + " and ".join(names) + "."
+def as_prompt(names: list[str], max_chars: int = MAX_HINT_CHARS) -> str:
+    """Names as the sentence Whisper is prompted with (see the module docstring), as many of
+    them, first first, as fit in `max_chars` ("" when none does)."""
+    kept: list[str] = []
+    size = len("We talked about .")
+    for name in names:
+        size += len(name) + (len(" and ") if kept else 0)
+        if size > max_chars:
+            break
+        kept.append(name)
+    return "We talked about " + " and ".join(kept) + "." if kept else ""
 
 
 def read_hints(value: str) -> tuple[str, str]:
@@ -175,12 +183,10 @@ def resolve_hints(value: str | None, *, from_git: bool, cwd: Path | None = None)
         names.extend(n for n in found if n not in names)
         if found:
             sources.append("git")
-    if names:
-        texts.append(as_prompt(names))
-    if not texts:
-        return None
-    # A cut list ends on the word it was cut at, not on a dangling "and".
-    return Hints(re.sub(r" and$", ".", clip(" ".join(texts))), "+".join(sources))
+    prose = clip(" ".join(texts))
+    names_room = MAX_HINT_CHARS - len(prose) - (1 if prose else 0)
+    text = " ".join(t for t in (prose, as_prompt(names, names_room)) if t)
+    return Hints(text, "+".join(sources)) if text else None
 
 
 __all__ = [
