@@ -62,6 +62,11 @@ def main() -> None:
     from vocal.timeline import mark
 
     mark("launch")
+    # Before anything that may reach the sound server (PortAudio, pactl, the speech worker):
+    # cron and `env -i` do not say where it is (vocal.audio.sound_server).
+    from vocal.audio.sound_server import discover
+
+    discover()
     argv = sys.argv[1:] if os.environ.get(ENV_SWITCH, "1") != "0" else []
     if will_speak(argv):  # first: it forks, and a fork must come before any thread
         from vocal.speaking import worker as speech_worker

@@ -194,15 +194,20 @@ def check_audio_backend() -> tuple[Check, bool]:
     except VocalError as exc:
         return Check("audio backend", FAIL, str(exc).split(" (install")[0], PORTAUDIO_HINT), False
     detail = sd.get_portaudio_version()[1].split(",")[0]
+    from vocal.audio import sound_server as where
+
     server = sound_server()
     if server is None:
         return Check("audio backend", OK, detail), True
+    found = where.found
+    data = None if found is None else {"address": found.address, "found": found.how}
+    at = f" {where.described()}" if where.described() else ""
     if not server:
         return Check(
-            "audio backend", FAIL, f"{detail}; the sound server does not answer (pactl info)",
-            fix=SOUND_SERVER_FIX,
+            "audio backend", FAIL, f"{detail}; the sound server does not answer (pactl info){at}",
+            fix=SOUND_SERVER_FIX, data=data,
         ), True  # fmt: skip
-    return Check("audio backend", OK, f"{detail}; sound server {server}"), True
+    return Check("audio backend", OK, f"{detail}; sound server {server}{at}", data=data), True
 
 
 def sound_server() -> str | None:
