@@ -142,10 +142,10 @@ class BargeInOptions:
     #: median raw level heard while nothing played (vocal.duplex.ambient; None: off). Other
     #: people talking in the room are speech to Silero: at -40 dBFS they cut every echo-only
     #: turn on the room harness, where the person's speech measured -17 to -25 dBFS. 32 ms
-    #: chunks of that babble rose at most 8 dB above its median, and the floor is estimated
-    #: from the ~0.3 s before the reply's first sound (its median's error: -3.4 dB in 1 case
-    #: in 10): hence 10. Chunks before the far end's first loud sample count towards nothing
-    #: (the "before" window: no reply to interrupt yet) and teach the floor.
+    #: chunks of that babble rose at most 8 dB above its median, and a median of a few chunks
+    #: errs by -3.4 dB in 1 case in 10: hence 10. The floor is learnt before the far end's first
+    #: loud sample (the "before" window: nothing counts there, no reply to interrupt yet), in
+    #: its pauses, and kept from the turn before (vocal.duplex.room_level).
     ambient_margin_db: float | None = 10.0
     #: Audio kept from before the first chunk of the deciding run. Silero is sure of the person
     #: 0.17-0.37 s after their first sound in double talk (up to 0.7 s on a loaded machine),
