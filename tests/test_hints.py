@@ -22,6 +22,7 @@ from vocal.stt.hints import (
     read_hints,
     resolve_hints,
 )
+from vocal.stt.respell import respell, spoken_parts
 
 
 @pytest.mark.parametrize(
@@ -102,6 +103,57 @@ def test_git_gathers_the_names_of_the_files_being_worked_on(tmp_path: Path) -> N
     assert resolve_hints(None, from_git=True, cwd=tmp_path) is None
 
 
+# -- respelling ----------------------------------------------------------------------------------
+NAMES_SAID = ["parse_config", "VOCAL_HOME", "echo_levels_db", "AmbientFloor", "room_level",
+              "room_level_db", "ConverseResult", "is_ready", "to_dict", "HTTPServer"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("heard", "written"),
+    [("Open Parse Config and check.", "Open parse_config and check."),
+     ("Set vocal home to the temp dir", "Set VOCAL_HOME to the temp dir"),
+     ("rename echo levels d b", "rename echo_levels_db"),
+     ("rename echo levels dB.", "rename echo_levels_db."),
+     ("a test for ambient floor", "a test for AmbientFloor"),
+     ("print room level DB in the converse result", "print room_level_db in the ConverseResult"),
+     ("the room level", "the room_level"),
+     ("start the HTTP server", "start the HTTPServer"),
+     ("parse_config as spelled", "parse_config as spelled"),
+     # A name with a function word at an edge is ordinary speech far more often.
+     ("the build is ready", "the build is ready"), ("go to dict", "go to dict"),
+     # Only whole words: "parse configuration" is not the name.
+     ("parse configuration", "parse configuration")],
+)  # fmt: skip
+def test_hinted_names_said_aloud_are_written_as_spelled(heard: str, written: str) -> None:
+    assert respell(heard, NAMES_SAID) == written
+    assert spoken_parts("MAX_HINT_CHARS") == ["max", "hint", "chars"]
+
+
+def test_hints_keep_every_name_to_respell_not_only_those_that_fit() -> None:
+    names = [f"name_{i:03d}" for i in range(200)]
+    hints = resolve_hints(", ".join(names), from_git=False)
+    assert hints.names == tuple(names) and len(hints.text) <= MAX_HINT_CHARS
+    prose = resolve_hints("We work on parse_config today.", from_git=False)
+    assert prose.names == ("parse_config",) and prose.text == "We work on parse_config today."
+
+
+def test_the_loader_hands_out_an_engine_that_respells() -> None:
+    from vocal.hearing.stt_loading import SttLoader
+    from vocal.stt import Transcript
+
+    class Heard:
+        name = "fake"
+
+        def transcribe(self, audio) -> Transcript:
+            return Transcript(text="open parse config")
+
+    loader = SttLoader(warm_up=False, hints=lambda: resolve_hints("parse_config", from_git=False))
+    loader.wait()
+    loader._engine = Heard()  # what loading made is not the point here: what is handed out is
+    assert loader.engine().transcribe(None).text == "open parse_config"
+    assert loader.ready_engine().name == "fake"
+
+
 # -- what the recognizers get ---------------------------------------------------------------------
 SAID = "Please open parse config and then run test conch stress."
 NAMES = "parse_config, test_conch_stress"
@@ -133,9 +185,23 @@ def test_listen_reports_the_hints_it_used_and_rejects_a_bad_file(tmp_path: Path)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["hints"] == {"text": as_prompt(["parse_config", "test_conch_stress"]),
-                               "source": "setting"}  # fmt: skip
+                               "source": "setting", "prompt": True,
+                               "names": ["parse_config", "test_conch_stress"]}  # fmt: skip
     assert spelled(report["text"]) >= 1, report["text"]
     plain = json.loads(run_vocal("listen", "--input", str(clip_path), "--json").stdout)
     assert plain["hints"] is None
     bad = run_vocal("listen", "--input", str(clip_path), "--hints", f"@{tmp_path / 'nope'}")
     assert bad.returncode == EXIT_USAGE and b"cannot read the hints file" in bad.stderr
+
+
+def test_without_the_prompt_names_heard_are_still_written_as_spelled(tmp_path: Path) -> None:
+    """`stt_hints_prompt = false`: Whisper decodes as without hints (the corpus WER exactly
+    unchanged, benchmarks/hints), and the names it heard said aloud are respelled."""
+    said = "Set vocal home to the temporary directory, then call load settings."
+    clip_path = write_wav(tmp_path / "said.wav", espeak(said))
+    names, env = "VOCAL_HOME, load_settings", {"VOCAL_STT_HINTS_PROMPT": "false"}
+    result = run_vocal("listen", "--input", str(clip_path), "--json", "--hints", names, env=env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["hints"]["prompt"] is False
+    assert "VOCAL_HOME" in report["text"] or "load_settings" in report["text"], report["text"]

@@ -61,8 +61,11 @@ class Settings:
     # Vocabulary hints (issue 21, vocal.stt.hints): stt_hints is text the recognizer should
     # expect (names, identifiers), or @FILE; with stt_hints_git, inside a git repository the
     # identifiers of the files being worked on (changed, new, the last 3 commits') are added.
+    # The hints are Whisper's prompt (stt_hints_prompt) and the names in them are written as
+    # spelled once heard (vocal.stt.respell); without the prompt the decode is untouched.
     stt_hints: str | None = None
     stt_hints_git: bool = False
+    stt_hints_prompt: bool = True
     # End of turn (issue 16, vocal.hearing.endofturn): after turn_check_ms of silence the turn model
     # (Smart Turn v3 and the early transcript's last words) judges the pause: complete ends the
     # turn at once, unfinished waits up to max_pause_ms of silence, undecided (or turn_model

@@ -153,8 +153,9 @@ class ListenResult:
     #: engine's local fallback (vocal.stt.fallback), the local one, and why the remote failed.
     stt_engine: str | None = None
     stt_fallback_reason: str | None = None
-    #: The vocabulary hints the recognizer was given (vocal.stt.hints): {"text", "source"}.
-    hints: dict[str, str] | None = None
+    #: The vocabulary hints the recognizer was given (vocal.stt.hints): text, source, whether
+    #: the text was the prompt, and the names respelled.
+    hints: dict[str, object] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """What `vocal listen --json` prints."""
@@ -463,7 +464,7 @@ def listen(
     )
 
 
-def _used_hints(stt: SttLoader | SttEngine) -> dict[str, str] | None:
+def _used_hints(stt: SttLoader | SttEngine) -> dict[str, object] | None:
     hints = stt.used_hints if isinstance(stt, SttLoader) else None
     return hints.to_dict() if hints is not None else None
 

@@ -6,6 +6,7 @@ speaker's own words.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -60,10 +61,11 @@ def hints_source(settings: Any) -> Callable[[], Hints | None] | None:
     given = settings.stt_hints.strip() if settings.stt_hints else None
     if given and given.startswith("@"):
         read_hints(given)  # raises now; resolve_hints reads it again in the thread
-    from_git = bool(settings.stt_hints_git)
+    from_git, prompt = bool(settings.stt_hints_git), bool(settings.stt_hints_prompt)
 
     def gather() -> Hints | None:
-        return resolve_hints(given, from_git=from_git)
+        hints = resolve_hints(given, from_git=from_git)
+        return hints if hints is None or prompt else dataclasses.replace(hints, prompt=False)
 
     return gather
 
@@ -138,6 +140,7 @@ class SttLoader:
         #: When the engine's warm-up run ended (None: none, or not yet).
         self.warmed_at_s: float | None = None
         self._engine: SttEngine | None = None
+        self._respelling: SttEngine | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="vocal-stt-load", daemon=True)
         self._thread.start()
@@ -150,8 +153,8 @@ class SttLoader:
 
         hints = self.hints_source() if self.hints_source is not None else None
         self.used_hints = hints
-        if hints is None:
-            return
+        if hints is None or not hints.prompt:
+            return  # respelled only (`_served`)
         if self.name in REMOTE_ENGINES:
             prompt = self.options.get("prompt")
             self.options["prompt"] = f"{prompt} {hints.text}" if prompt else hints.text
@@ -198,7 +201,20 @@ class SttLoader:
 
     def ready_engine(self) -> SttEngine | None:
         """The engine if it has loaded, else None (never waits)."""
-        return self._engine if self.ready_at_s is not None else None
+        return self._served() if self.ready_at_s is not None and self._engine else None
+
+    def _served(self) -> SttEngine:
+        """The loaded engine, its transcripts respelling the hinted names
+        (vocal.stt.respell) when there are any."""
+        assert self._engine is not None
+        names = self.used_hints.names if self.used_hints is not None else ()
+        if not names:
+            return self._engine
+        if self._respelling is None:
+            from vocal.stt.respell import RespellingStt
+
+            self._respelling = RespellingStt(self._engine, names)
+        return self._respelling
 
     def raise_if_failed(self) -> None:
         """Raise at once what loading raised, if it has already failed."""
@@ -212,8 +228,7 @@ class SttLoader:
         self._thread.join()
         if self._error is not None:
             raise self._error
-        assert self._engine is not None
-        return self._engine
+        return self._served()
 
 
 class ProcessSttLoader(SttLoader):

@@ -55,9 +55,16 @@ class Hints:
 
     text: str
     source: str
+    #: The names among them, all of them (the text holds those that fit), for
+    #: vocal.stt.respell.
+    names: tuple[str, ...] = ()
+    #: Whether the text is Whisper's prompt (the `stt_hints_prompt` setting); names are
+    #: respelled either way.
+    prompt: bool = True
 
-    def to_dict(self) -> dict[str, str]:
-        return {"text": self.text, "source": self.source}
+    def to_dict(self) -> dict[str, object]:
+        return {"text": self.text, "source": self.source, "prompt": self.prompt,
+                "names": list(self.names)}  # fmt: skip
 
 
 def distinctive(word: str) -> bool:
@@ -74,6 +81,19 @@ def distinctive(word: str) -> bool:
 #: A hint text that is only names (separated by commas, semicolons or spaces) becomes a
 #: sentence (`as_prompt`).
 NAME_LIST = re.compile(r"[\w.\-]+(?:[\s,;]+[\w.\-]+)*[\s,;.]*")
+
+
+def is_name_list(text: str) -> bool:
+    """Whether a hint text is a list of names ("parse_config, VOCAL_HOME", one per line, or
+    names only) rather than prose that happens to have no punctuation ("We work on
+    parse_config today.")."""
+    text = text.strip()
+    if not NAME_LIST.fullmatch(text):
+        return False
+    items = [i.strip(" \t.") for i in re.split(r"[,;\n]+", text) if i.strip(" \t.")]
+    return all(len(i.split()) == 1 for i in items) or all(
+        distinctive(w.strip(".")) for w in text.split()
+    )
 
 
 def as_prompt(names: list[str], max_chars: int = MAX_HINT_CHARS) -> str:
@@ -169,14 +189,16 @@ def resolve_hints(value: str | None, *, from_git: bool, cwd: Path | None = None)
     `from_git`, the identifiers of the git work around `cwd` (default: the current
     directory); None when there are none."""
     names: list[str] = []
+    in_prose: list[str] = []  # names inside a text that is not a list: respelled only
     texts: list[str] = []
     sources: list[str] = []
     if value and value.strip():
         text, source = read_hints(value.strip())
-        if NAME_LIST.fullmatch(text.strip()):
+        if is_name_list(text):
             names.extend(n.strip(".") for n in re.split(r"[\s,;]+", text.strip()) if n.strip("."))
         elif text.strip():
             texts.append(" ".join(text.split()))
+            in_prose.extend(w for w in IDENTIFIER.findall(text) if distinctive(w))
         sources.append(source)
     if from_git:
         found = git_identifiers(cwd or Path.cwd())
@@ -186,7 +208,7 @@ def resolve_hints(value: str | None, *, from_git: bool, cwd: Path | None = None)
     prose = clip(" ".join(texts))
     names_room = MAX_HINT_CHARS - len(prose) - (1 if prose else 0)
     text = " ".join(t for t in (prose, as_prompt(names, names_room)) if t)
-    return Hints(text, "+".join(sources)) if text else None
+    return Hints(text, "+".join(sources), tuple(dict.fromkeys(names + in_prose))) if text else None
 
 
 __all__ = [
