@@ -340,6 +340,30 @@ def test_a_person_inside_an_inhibit_window_does_not_teach_the_echo_gain() -> Non
     assert fired is None and len(detector._echo_gains) == 20 + detector.inhibited_chunks
 
 
+def test_a_person_far_above_the_predicted_echo_counts_inside_a_glitch_window() -> None:
+    """A glitch blanks 1.5 s while the canceller re-converges; the raw level does not depend
+    on it. A person 10 dB above the echo the played level predicts counts there (0 dB
+    interruptions were lost whole in such windows), residual echo 2 dB above it does not."""
+
+    def run(person_db: float, **options) -> tuple[int | None, BargeInDetector]:
+        clock = Clock()
+        glitches = [0]
+        opts = BargeInOptions(consecutive_chunks=3, fast_chunks=None, strong_chunk_db=None,
+                              glitch_inhibit_ms=1500, **options)  # fmt: skip
+        levels = [ECHO] * 20 + [(ECHO[0] + person_db, ECHO[1])] * 10
+        detector = BargeInDetector(loud, lambda: None, opts, clock=clock,
+                                   glitches=lambda: glitches[0],
+                                   echo_levels=levels_by_chunk(levels))  # fmt: skip
+        assert feed_all(detector, "." * 20, clock) is None
+        glitches[0] = 1
+        return feed_all(detector, "s" * 10, clock, start_s=20 * CHUNK_S), detector
+
+    fired, detector = run(10.0)
+    assert fired == 2 and detector.glitch_overrides == 3 and detector.tail_overrides == 0
+    assert run(2.0)[0] is None  # residual echo: blanked
+    assert run(10.0, tail_override_db=None)[0] is None  # the override off
+
+
 def test_no_run_is_held_back_when_the_echo_cannot_be_predicted() -> None:
     # Nothing played that can echo in these chunks (the far end quiet): no echo to mistake
     # (the room's level is another test's: ambient_margin_db off here).

@@ -122,3 +122,24 @@ def test_a_glitch_near_the_end_blanks_the_hand_over() -> None:
     handed, echo_free, report = handover_blocks(guard, blocks, ended_s)
     assert handed is None and echo_free is None
     assert report["source"] == "blanked" and report["glitch"] is True
+
+
+def test_after_a_barge_in_the_fit_starts_after_the_last_glitch_and_none_may_follow() -> None:
+    """A glitch moves the echo path: the fit starts `GLITCH_SETTLE_S` after the last one
+    noticed before the onset, and one noticed after the onset rules the raw capture out (it
+    left the reply's "forty" and "I also" in two interruptions)."""
+    from vocal.duplex.handoff import GLITCH_SETTLE_S, fit_after_s, kept_after_barge_in
+
+    blocks = blocks_of([0.1] * 40)
+    fit = Rebuilt(blocks, [0.01] * 40)
+    fit.usable = True
+    detector = BargeInDetector(lambda _chunk: 0.0, lambda: None, BargeInOptions())
+    onset_s = blocks[20].captured_at_s
+    assert fit_after_s(detector, onset_s) is None
+    detector.glitch_at_s.extend([0.1, 0.3])
+    assert fit_after_s(detector, onset_s) == pytest.approx(0.3 + GLITCH_SETTLE_S)
+    kept, clean = kept_after_barge_in(detector, onset_s, blocks, fit)
+    assert clean and np.allclose(kept[-1].samples, blocks[-1].samples * 0.01)
+    detector.glitch_at_s.append(onset_s + 0.2)
+    kept, clean = kept_after_barge_in(detector, onset_s, blocks, fit)
+    assert not clean and kept[-1].samples is blocks[-1].samples

@@ -68,6 +68,29 @@ def test_a_late_onset_estimate_still_fits_on_the_reply_alone(speech) -> None:
     assert path is not None and path.removed_db >= MIN_ECHO_REMOVED_DB
 
 
+def test_a_fit_after_a_glitch_follows_the_moved_echo_path(speech) -> None:
+    """An output underflow 2.5 s before the person moves the echo path by 70 ms (seen live):
+    the fit over the stretch before it leaves the reply's words over the person; the fit
+    from after it (`best_echo_path(earliest=...)`, vocal.duplex.handoff.fit_after_s) does
+    not."""
+    reply, person = speech
+    glitch, onset = round(2.0 * RATE), round(4.5 * RATE)
+    raw = room(reply)
+    raw[glitch:] = room(reply, delay_s=0.19)[glitch:]  # the path 70 ms later from here on
+    raw[onset : onset + person.shape[0]] += 0.6 * person[: raw.shape[0] - onset]
+    wanted = 0.6 * person[: raw.shape[0] - onset]
+
+    def person_over_left_db(path) -> float:
+        left = raw[onset:] - echo_estimate(reply, path, onset, raw.shape[0]) - wanted
+        return float(10 * np.log10(np.sum(wanted**2) / np.sum(left**2)))
+
+    before = best_echo_path(reply, raw, glitch)  # as if the onset came at the glitch
+    after = best_echo_path(reply, raw, onset, earliest=glitch + round(0.3 * RATE))
+    assert before is not None and after is not None
+    assert person_over_left_db(before) < 10.0  # the reply's words, about as loud as them
+    assert person_over_left_db(after) >= 30.0
+
+
 def test_a_distorting_loudspeaker_is_not_fitted_well_enough(speech) -> None:
     reply, _ = speech
     # Hard clipping at a quarter of the peak: most of the echo is no linear function of it.

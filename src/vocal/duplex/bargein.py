@@ -132,10 +132,11 @@ class BargeInOptions:
     #: 1.6 s after a 2 s pause's resume (tests/test_converse.py, 1 run in 4 and 1 in 8).
     resume_inhibit_ms: int = 2500
     tail_inhibit_ms: int = 300
-    #: A speech chunk inside the tail window (and no other) counts all the same when its raw
-    #: level is at least this many dB above the echo the played level predicts (None: never).
-    #: An "okay" 7 s into a reply fell into a sentence's tail with 10-16 dB above the
-    #: prediction for 0.25 s and was never heard; residual echo came at most 2.7 dB above it.
+    #: A speech chunk inside a tail or glitch window (and no other) counts all the same when
+    #: its raw level is at least this many dB above the echo the played level predicts (None:
+    #: never): the raw level does not depend on the canceller. An "okay" 7 s into a reply fell
+    #: into a sentence's tail 10-16 dB above the prediction and was never heard; 0 dB
+    #: interruptions were lost in glitch windows; residual echo came at most 2.7 dB above it.
     tail_override_db: float | None = 6.0
     glitch_inhibit_ms: int = 1500
     #: A speech chunk counts only this many dB (or more) above the room's own level, the
@@ -288,8 +289,9 @@ class BargeInDetector:
         self._run: list[float] = []
         #: Chunks the current run needs (fixed at its first chunk; see `fast_chunks`).
         self._run_needs = o.consecutive_chunks
-        #: Speech chunks in a tail window counted for being far above the echo predicted.
-        self.tail_overrides = 0
+        #: Speech chunks in a tail or glitch window counted for being far above the echo
+        #: predicted (`tail_override_db`).
+        self.tail_overrides = self.glitch_overrides = 0
         #: Runs that were judged with the canceller healthy (`fast_chunks`).
         self.fast_runs = 0
         #: Runs decided by one chunk far above the predicted echo (`strong_chunk_db`).
@@ -331,17 +333,18 @@ class BargeInDetector:
     def window(self, at_s: float) -> str | None:
         """The inhibit window a chunk captured at `at_s` falls in: "glitch" (or a resume's
         hold), "before" (the far end has not sounded yet), "convergence", "tail", or None."""
+        activity, o = self.activity, self.options
+        first_loud_s = activity.first_loud_s if activity is not None else None
+        if activity is not None and (first_loud_s is None or at_s < first_loud_s):
+            # Captured before the reply's first sound (and maybe looked at after it).
+            if o.ambient_margin_db is not None:
+                return "before"
+        elif first_loud_s is not None and at_s < first_loud_s + o.convergence_inhibit_ms / 1000:
+            return "convergence"
         if at_s < self._glitch_until_s:
             return "glitch"
-        activity = self.activity
         if activity is None:
             return None
-        if activity.first_loud_s is None or at_s < activity.first_loud_s:
-            # Captured before the reply's first sound (and maybe looked at after it).
-            return "before" if self.options.ambient_margin_db is not None else None
-        o = self.options
-        if activity.first_loud_s <= at_s < activity.first_loud_s + o.convergence_inhibit_ms / 1000:
-            return "convergence"
         quiet_since = activity.quiet_since_s
         if quiet_since is not None and at_s < quiet_since + o.tail_inhibit_ms / 1000:
             return "tail"
@@ -381,13 +384,19 @@ class BargeInDetector:
         windows = {self.window(start_s), self.window(end_s)} - {None}
         inhibited = bool(windows)
         excess = None
-        if windows == {"tail"} and o.tail_override_db is not None and probability >= o.threshold:
+        if (
+            windows
+            and windows <= {"tail", "glitch"}
+            and o.tail_override_db is not None
+            and (probability >= o.threshold)
+        ):
             # Far louder at the raw microphone than the echo the played level predicts: a
-            # person, not the room's tail (see `tail_override_db`).
+            # person, not residual echo (see `tail_override_db`).
             excess = self.excess_db(echo_only=False)
             inhibited = excess is None or excess < o.tail_override_db
             if not inhibited:
-                self.tail_overrides += 1
+                self.tail_overrides += "tail" in windows
+                self.glitch_overrides += "glitch" in windows
         if excess is None or inhibited:
             excess = self.excess_db(echo_only=probability < o.threshold,
                                     maybe_echo=inhibited)  # fmt: skip

@@ -96,8 +96,8 @@ def converse(
     Nobody speaking is not an error here: `speech_heard` is False (the command exits 4).
     """
     from vocal.audio.headphones import aec_wanted
-    from vocal.duplex.echo_profile import HALF_DUPLEX, profile_for
-    from vocal.duplex.room_level import room_level_for
+    from vocal.duplex.echo_profile import HALF_DUPLEX, known_pair, load_profile
+    from vocal.duplex.room_level import fresh_room_level
     from vocal.floor.gates import read_gates
     from vocal.speaking.speech import resolve_voice
     from vocal.tts import engine_class
@@ -118,9 +118,11 @@ def converse(
     profile = room_db = None
     devices = (options.output_device or settings.output_device,
                options.input_device or settings.input_device)  # fmt: skip
-    if use_aec:
-        profile = profile_for(settings.home, *devices)
-        room_db = room_level_for(settings.home, *devices, now_s=time.time())
+    pair = known_pair(settings.home, *devices) if use_aec else None
+    if pair is not None:  # one `pactl info` for the profile, the room and what is learnt
+        profile = load_profile(settings.home, *pair)
+        room_db = fresh_room_level(settings.home, *pair, now_s=time.time())
+        devices = pair
     if profile is not None and profile.verdict == HALF_DUPLEX and detection is not None:
         # --aec auto (the only mode with a detection), and `vocal doctor --echo` found the
         # echo here too strong to cancel.
@@ -423,9 +425,12 @@ class _Run:
 
     def _start_fit(self, onset_s: float) -> OnsetFit:
         """Start fitting the reply's echo before `onset_s` (vocal.duplex.onset) in a thread."""
+        from vocal.duplex.handoff import fit_after_s
         from vocal.duplex.onset import OnsetFit
 
-        return OnsetFit(lambda: self.parts.guard.echo_free_onset(onset_s))
+        detector = self.parts.guard.detector
+        after_s = fit_after_s(detector, onset_s) if detector is not None else None
+        return OnsetFit(lambda: self.parts.guard.echo_free_onset(onset_s, after_s))
 
     def _hear_out(self, turn: Turn, detector: BargeInDetector, blocks: Iterator[Block],
                   recent: collections.deque[Block], fit: OnsetFit) -> bool:  # fmt: skip

@@ -72,12 +72,13 @@ class EchoGuard:
                 self.taps.render(block)
             self.canceller.render(block)
 
-    def echo_free_onset(self, onset_s: float) -> EchoFreeOnset | None:
+    def echo_free_onset(self, onset_s: float, after_s: float | None = None) -> EchoFreeOnset | None:
         """After a barge-in: the raw capture with the reply's fitted echo taken out (see
-        vocal.duplex.onset), or None without a canceller or with no reply to fit."""
+        vocal.duplex.onset), fitted after `after_s` if given; None without a canceller or
+        with no reply to fit."""
         if self.taps is None or self.canceller is None:
             return None
-        return self.taps.rebuild(onset_s, self.canceller.activity.first_loud_s)
+        return self.taps.rebuild(onset_s, self.canceller.activity.first_loud_s, after_s)
 
     # the detector (the consumer thread)
     def watch(

@@ -126,15 +126,24 @@ def load_profile(home: Path, output: str, input: str) -> EchoProfile | None:
     return profile
 
 
-def profile_for(home: Path, output_device: str | None,
-                input_device: str | None) -> EchoProfile | None:  # fmt: skip
-    """The profile of the pair these devices (None: the defaults) make, or None. Costs a
-    directory check when nothing was ever measured, else a `pactl info` for unnamed ones."""
+def known_pair(home: Path, output_device: str | None,
+               input_device: str | None) -> tuple[str, str] | None:  # fmt: skip
+    """The (output, input) pair these devices (None: the defaults) make, if anything was ever
+    kept for a pair (an echo profile, a room level), else None. Costs a directory check when
+    nothing was, else a `pactl info` for unnamed devices: resolve it once per turn."""
     if not (Path(home) / PROFILE_DIR_NAME).is_dir():
         return None
     from vocal.audio.endpoints import device_pair
 
-    return load_profile(home, *device_pair(output_device, input_device))
+    return device_pair(output_device, input_device)
+
+
+def profile_for(home: Path, output_device: str | None,
+                input_device: str | None) -> EchoProfile | None:  # fmt: skip
+    """The profile of the pair these devices (None: the defaults) make, or None (see
+    `known_pair` for what it costs)."""
+    pair = known_pair(home, output_device, input_device)
+    return load_profile(home, *pair) if pair is not None else None
 
 
 def learn_delay(home: Path, output_device: str | None, input_device: str | None,
@@ -200,6 +209,7 @@ __all__ = [
     "NO_ECHO_DBFS",
     "VERDICTS",
     "EchoProfile",
+    "known_pair",
     "learn_delay",
     "load_profile",
     "parse_profile",

@@ -43,6 +43,12 @@ HANDOVER_MIN_REMOVED_DB = 30.0
 #: the "echo-free" capture: the hand-over is blanked instead. Seen: "in the Docs folder." from
 #: a fit that removed 32 dB over the stretch, after 2 underflows (tests/test_converse.py).
 HANDOVER_GLITCH_BEFORE_S = 1.5
+#: After a barge-in the same holds: the fit starts this long after the last glitch noticed
+#: before the person's onset (the echo of what played before it arrives for the path's delay
+#: yet), and one noticed after the onset rules the raw capture out. Seen on real recordings
+#: (benchmarks/converse --parts real, +6 dB), each after underflows: "40 was not..." for "he
+#: was not..." (the reply's "forty") and "I also turned..." for "He turned...".
+GLITCH_SETTLE_S = 0.3
 #: Blocks (3 in a row) whose echo-free level is within this of the raw microphone's hold more
 #: than the reply's echo, if above the floor (dBFS of mean square); kept from this long before.
 NEAR_END_ECHO_DB = 8.0
@@ -76,20 +82,33 @@ def rebuilt(blocks: Iterable[Block], echo_free: EchoFreeOnset) -> list[Block] | 
     return out
 
 
+def fit_after_s(detector: BargeInDetector, onset_s: float) -> float | None:
+    """Where the echo fit for a barge-in at `onset_s` may start: `GLITCH_SETTLE_S` after the
+    last glitch noticed before it (None: none was)."""
+    before = [at_s for at_s in detector.glitch_at_s if at_s < onset_s]
+    return before[-1] + GLITCH_SETTLE_S if before else None
+
+
 def kept_after_barge_in(detector: BargeInDetector, onset_s: float, recent: Iterable[Block],
                         echo_free: EchoFreeOnset | None) -> tuple[list[Block], bool]:  # fmt: skip
     """The blocks from `pre_roll_ms` before the person's onset to the last one read, rebuilt
-    where the fit is usable; and whether they were."""
+    where the fit is usable and no glitch came after the onset; and whether they were."""
     o = detector.options
     from_s = onset_s - o.pre_roll_ms / 1000
     delay_s = detector.delay_frames / o.sample_rate
     kept = [block for block in recent
             if block.captured_at_s - delay_s - block.samples.shape[0] / o.sample_rate
             >= from_s - o.chunk_s]  # fmt: skip
-    if echo_free is None or not echo_free.usable:
+    if echo_free is None or not echo_free.usable or glitch_after(detector, onset_s):
         return kept, False
     clean = rebuilt(kept, echo_free)
     return (kept, False) if clean is None else (clean, True)
+
+
+def glitch_after(detector: BargeInDetector, onset_s: float) -> bool:
+    """Whether a glitch was noticed after a barge-in's onset: the echo path moved under the
+    fit (see `GLITCH_SETTLE_S`)."""
+    return any(at_s >= onset_s for at_s in detector.glitch_at_s)
 
 
 def trailing_onset_s(detector: BargeInDetector | None, ended_s: float) -> float | None:
@@ -171,6 +190,7 @@ def kept_blocks(
         learn(echo_free.removed_db, echo_free.delay_ms)
     kept, clean = kept_after_barge_in(detector, parts.onset_s, recent, echo_free)
     parts.echo_free = echo_free if clean else None
+    parts.onset_glitch = glitch_after(detector, parts.onset_s)
     return kept
 
 

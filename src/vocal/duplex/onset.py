@@ -263,14 +263,17 @@ class OnsetTaps:
         reference = played if played_rate == rate else resample(played, played_rate, rate)
         return AlignedStreams(raw, reference, base, raw_blocks, rate)
 
-    def rebuild(self, onset_s: float, reply_started_s: float | None) -> EchoFreeOnset | None:
+    def rebuild(self, onset_s: float, reply_started_s: float | None,
+                after_s: float | None = None) -> EchoFreeOnset | None:  # fmt: skip
         """The raw capture with the reply's fitted echo taken out, fitted on the reply before
-        `onset_s`; None when there was nothing to fit (see `EchoFreeOnset.usable`)."""
+        `onset_s` and after `after_s` (a glitch moved the echo path before it); None when
+        there was nothing to fit (see `EchoFreeOnset.usable`)."""
         streams = self.aligned()
         if streams is None:
             return None
         onset = streams.index(onset_s)
-        earliest = 0 if reply_started_s is None else max(0, streams.index(reply_started_s))
+        starts = [t for t in (reply_started_s, after_s) if t is not None]
+        earliest = max(0, streams.index(max(starts))) if starts else 0
         path = best_echo_path(streams.reference, streams.raw, onset, earliest=earliest,
                               rate=streams.rate)  # fmt: skip
         if path is None:

@@ -59,6 +59,8 @@ class TurnParts:
     echo_free: EchoFreeOnset | None = None
     onset_removed_db: float | None = None
     onset_fit_s: float | None = None
+    #: A glitch came after the barge-in's onset: the raw capture was not used (handoff).
+    onset_glitch: bool = False
     #: When the reply ended by itself: whether its last second and its room tail were heard
     #: from the raw microphone minus the fitted echo ("raw") or blanked as before ("blanked").
     tail_audio: dict | None = None
@@ -197,8 +199,9 @@ def converse_result(
         # talking: BargeInOptions.ambient_margin_db).
         "room_vetoes": detector.room_vetoes if detector is not None else 0,
         "backchannels": len(parts.backchannels),
-        # Speech chunks counted inside a tail window (BargeInOptions.tail_override_db).
+        # Speech chunks counted inside a tail or a glitch window (BargeInOptions.tail_override_db).
         "tail_overrides": detector.tail_overrides if detector is not None else 0,
+        "glitch_overrides": detector.glitch_overrides if detector is not None else 0,
     }  # fmt: skip
     text = listened.text if listened is not None else ""
     room_db = detector.ambient.floor_db if detector is not None else None
@@ -229,6 +232,7 @@ def converse_result(
             "source": "raw" if parts.echo_free is not None else "canceller",
             "echo_removed_db": parts.onset_removed_db,
             "fit_s": None if parts.onset_fit_s is None else round(parts.onset_fit_s, 3),
+            "glitch_after_onset": parts.onset_glitch,
         },
     )
     if trace and detector is not None:

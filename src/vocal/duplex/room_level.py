@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from vocal.duplex.ambient import AmbientFloor
-from vocal.duplex.echo_profile import PROFILE_DIR_NAME, profile_path
+from vocal.duplex.echo_profile import PROFILE_DIR_NAME, known_pair, profile_path
 from vocal.errors import VocalError
 from vocal.floor.statedir import ensure_private_dir
 from vocal.floor.statefiles import read_record, record_from, write_json
@@ -66,14 +66,10 @@ def fresh_room_level(home: Path, output: str, input: str, *, now_s: float) -> fl
 
 def room_level_for(home: Path, output_device: str | None, input_device: str | None, *,
                    now_s: float) -> float | None:  # fmt: skip
-    """The fresh room level of the pair these devices (None: the defaults) make, or None.
-    Costs a directory check when nothing was ever kept, else a `pactl info`, as
-    `vocal.duplex.echo_profile.profile_for` does."""
-    if not (Path(home) / PROFILE_DIR_NAME).is_dir():
-        return None
-    from vocal.audio.endpoints import device_pair
-
-    return fresh_room_level(home, *device_pair(output_device, input_device), now_s=now_s)
+    """The fresh room level of the pair these devices (None: the defaults) make, or None
+    (see `vocal.duplex.echo_profile.known_pair` for what it costs)."""
+    pair = known_pair(home, output_device, input_device)
+    return fresh_room_level(home, *pair, now_s=now_s) if pair is not None else None
 
 
 def keep_heard_level(home: Path, output_device: str | None, input_device: str | None,
