@@ -23,9 +23,9 @@ from vocal.duplex.echo_profile import (
     HALF_DUPLEX,
     HEADPHONES,
     EchoProfile,
+    known_pair,
     learn_delay,
     load_profile,
-    profile_for,
     profile_path,
     save_profile,
     verdict_for,
@@ -71,7 +71,7 @@ def test_a_profile_is_kept_per_pair_and_a_bad_record_is_set_aside(vocal_home: Pa
         assert load_profile(vocal_home, kept.output, kept.input) is None
         assert not path.exists()
     # Nothing ever measured: no pactl call, no directory made.
-    assert profile_for(vocal_home / "nowhere", None, None) is None
+    assert known_pair(vocal_home / "nowhere", None, None) is None
 
 
 def test_a_turn_keeps_its_delay_and_nothing_it_did_not_measure(vocal_home: Path) -> None:

@@ -13,7 +13,6 @@ from vocal.duplex.room_level import (
     MIN_CHUNKS,
     fresh_room_level,
     keep_heard_level,
-    room_level_for,
     room_level_path,
 )
 
@@ -26,11 +25,11 @@ def heard(levels: list[float]) -> AmbientFloor:
 
 
 def test_a_turn_keeps_what_it_heard_and_the_next_reads_it(tmp_path: Path) -> None:
-    assert room_level_for(tmp_path, "sink", "source", now_s=time.time()) is None
+    assert fresh_room_level(tmp_path, "sink", "source", now_s=time.time()) is None
     thread = keep_heard_level(tmp_path, "sink", "source", heard([-41.0, -40.0, -39.0] * 8))
     assert thread is not None
     thread.join(5)
-    assert room_level_for(tmp_path, "sink", "source", now_s=time.time()) == -40.0
+    assert fresh_room_level(tmp_path, "sink", "source", now_s=time.time()) == -40.0
     assert fresh_room_level(tmp_path, "sink", "other", now_s=time.time()) is None
     # Stale: a room heard long ago says little of the room now.
     assert fresh_room_level(tmp_path, "sink", "source", now_s=time.time() + FRESH_S + 1) is None

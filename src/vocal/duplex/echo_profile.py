@@ -138,14 +138,6 @@ def known_pair(home: Path, output_device: str | None,
     return device_pair(output_device, input_device)
 
 
-def profile_for(home: Path, output_device: str | None,
-                input_device: str | None) -> EchoProfile | None:  # fmt: skip
-    """The profile of the pair these devices (None: the defaults) make, or None (see
-    `known_pair` for what it costs)."""
-    pair = known_pair(home, output_device, input_device)
-    return load_profile(home, *pair) if pair is not None else None
-
-
 def learn_delay(home: Path, output_device: str | None, input_device: str | None,
                 delay_ms: float, *, now_s: float) -> EchoProfile:  # fmt: skip
     """Keep the echo delay a turn measured (its reply's echo fit) for the pair these devices
@@ -213,7 +205,6 @@ __all__ = [
     "learn_delay",
     "load_profile",
     "parse_profile",
-    "profile_for",
     "profile_path",
     "save_profile",
     "verdict_for",

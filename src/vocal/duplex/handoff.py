@@ -105,10 +105,10 @@ def kept_after_barge_in(detector: BargeInDetector, onset_s: float, recent: Itera
     return (kept, False) if clean is None else (clean, True)
 
 
-def glitch_after(detector: BargeInDetector, onset_s: float) -> bool:
-    """Whether a glitch was noticed after a barge-in's onset: the echo path moved under the
-    fit (see `GLITCH_SETTLE_S`)."""
-    return any(at_s >= onset_s for at_s in detector.glitch_at_s)
+def glitch_after(detector: BargeInDetector, since_s: float) -> bool:
+    """Whether a glitch was noticed at or after `since_s` (a barge-in's onset, the start of
+    the hand-over's window): the echo path moved under the fit (see `GLITCH_SETTLE_S`)."""
+    return any(at_s >= since_s for at_s in detector.glitch_at_s)
 
 
 def trailing_onset_s(detector: BargeInDetector | None, ended_s: float) -> float | None:
@@ -226,7 +226,7 @@ def handover_blocks(guard: EchoGuard, recent: Iterable[Block],
     if echo_free is None or echo_free.removed_db < HANDOVER_MIN_REMOVED_DB:
         return None, None, report
     since_s = ended_s - HANDOVER_LOOKBACK_S - HANDOVER_GLITCH_BEFORE_S
-    if detector is not None and any(at_s >= since_s for at_s in detector.glitch_at_s):
+    if detector is not None and glitch_after(detector, since_s):
         report["glitch"] = True
         return None, None, report
     kept = [b for b in recent

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from vocal.duplex.ambient import AmbientFloor
-from vocal.duplex.echo_profile import PROFILE_DIR_NAME, known_pair, profile_path
+from vocal.duplex.echo_profile import PROFILE_DIR_NAME, profile_path
 from vocal.errors import VocalError
 from vocal.floor.statedir import ensure_private_dir
 from vocal.floor.statefiles import read_record, record_from, write_json
@@ -64,14 +64,6 @@ def fresh_room_level(home: Path, output: str, input: str, *, now_s: float) -> fl
     return level.level_db if 0 <= now_s - level.measured_at <= FRESH_S else None
 
 
-def room_level_for(home: Path, output_device: str | None, input_device: str | None, *,
-                   now_s: float) -> float | None:  # fmt: skip
-    """The fresh room level of the pair these devices (None: the defaults) make, or None
-    (see `vocal.duplex.echo_profile.known_pair` for what it costs)."""
-    pair = known_pair(home, output_device, input_device)
-    return fresh_room_level(home, *pair, now_s=now_s) if pair is not None else None
-
-
 def keep_heard_level(home: Path, output_device: str | None, input_device: str | None,
                      ambient: AmbientFloor) -> threading.Thread | None:  # fmt: skip
     """Keep the level a turn's detector heard (`ambient`), if it heard the room long enough
@@ -101,6 +93,5 @@ __all__ = [
     "RoomLevel",
     "fresh_room_level",
     "keep_heard_level",
-    "room_level_for",
     "room_level_path",
 ]

@@ -201,7 +201,8 @@ def check_audio_backend() -> tuple[Check, bool]:
         return Check("audio backend", OK, detail), True
     found = where.found
     data = None if found is None else {"address": found.address, "found": found.how}
-    at = f" {where.described()}" if where.described() else ""
+    described = where.described()
+    at = f" {described}" if described else ""
     if not server:
         return Check(
             "audio backend", FAIL, f"{detail}; the sound server does not answer (pactl info){at}",
