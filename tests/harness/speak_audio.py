@@ -189,19 +189,41 @@ class Recorder:
             np.concatenate([b for b, _t in self.blocks]) if self.blocks else np.zeros(0, np.float32)
         )
 
+    def block_times(self, window_s: float = 0.5) -> list[float]:
+        """When each block's last sample was captured, from sample counts rather than callback
+        times: a callback only ever runs late (a loaded machine delivers the monitor's blocks in
+        bursts, so a block played before a pause can arrive 0.2 s after it), so each block is
+        timed by the least-delayed callback within `window_s` around it, plus the samples
+        between them. The window re-anchors the count after a dropped block."""
+        if not self.blocks:
+            return []
+        ends = np.cumsum([b.shape[0] for b, _t in self.blocks]) / self.sample_rate
+        anchors = np.array([t for _b, t in self.blocks]) - ends  # each callback's stream start
+        reach = max(1, round(window_s * self.sample_rate / self.blocks[0][0].shape[0]))
+        return [
+            float(anchors[max(0, k - reach) : k + reach + 1].min() + ends[k])
+            for k in range(len(self.blocks))
+        ]
+
     def last_loud_at_s(self, threshold: float = 0.02) -> float | None:
-        """time.monotonic() of the last sample above `threshold` (from block callback times)."""
-        for samples, captured_at_s in reversed(self.blocks):
+        """time.monotonic() of the last sample above `threshold` (see `block_times`)."""
+        for (samples, _t), block_end_s in zip(
+            reversed(self.blocks), reversed(self.block_times()), strict=True
+        ):
             loud = np.flatnonzero(np.abs(samples) > threshold)
             if loud.size:
-                return captured_at_s - (samples.shape[0] - 1 - loud[-1]) / self.sample_rate
+                return block_end_s - (samples.shape[0] - 1 - loud[-1]) / self.sample_rate
         return None
 
     def loud_between(self, start_s: float, end_s: float, threshold: float = 0.02) -> bool:
-        """Whether any block captured in [start_s, end_s] holds a sample above `threshold`."""
-        return any(
-            start_s <= t <= end_s and float(np.max(np.abs(b))) > threshold for b, t in self.blocks
-        )
+        """Whether any sample captured in [start_s, end_s] is above `threshold` (see
+        `block_times`)."""
+        for (samples, _t), block_end_s in zip(self.blocks, self.block_times(), strict=True):
+            times_s = block_end_s - np.arange(samples.shape[0] - 1, -1, -1) / self.sample_rate
+            inside = (times_s >= start_s) & (times_s <= end_s)
+            if np.any(np.abs(samples[inside]) > threshold):
+                return True
+        return False
 
 
 def align(recorded: np.ndarray, expected: np.ndarray, max_lag: int) -> tuple[int, float]:
