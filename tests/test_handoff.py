@@ -138,8 +138,42 @@ def test_after_a_barge_in_the_fit_starts_after_the_last_glitch_and_none_may_foll
     assert fit_after_s(detector, onset_s) is None
     detector.glitch_at_s.extend([0.1, 0.3])
     assert fit_after_s(detector, onset_s) == pytest.approx(0.3 + GLITCH_SETTLE_S)
-    kept, clean = kept_after_barge_in(detector, onset_s, blocks, fit)
+    kept, clean, traced_back_s = kept_after_barge_in(detector, onset_s, blocks, fit)
     assert clean and np.allclose(kept[-1].samples, blocks[-1].samples * 0.01)
+    assert traced_back_s == 0.0  # the echo alone before the onset: nobody began earlier
     detector.glitch_at_s.append(onset_s + 0.2)
-    kept, clean = kept_after_barge_in(detector, onset_s, blocks, fit)
+    kept, clean, _ = kept_after_barge_in(detector, onset_s, blocks, fit)
     assert not clean and kept[-1].samples is blocks[-1].samples
+
+
+def test_a_person_who_began_under_the_echo_is_kept_from_where_the_echo_free_capture_shows() -> None:
+    """AEC3's suppressor held "he was not" down (0 dB, 1.5 s into the reply) and the detector
+    fired on "an ill disposed" 1.4 s later, past the pre-roll: the echo-free capture shows the
+    person from their first word, and the kept audio starts there (less its pre-roll)."""
+    from vocal.duplex.handoff import NEAR_END_PRE_ROLL_S, kept_after_barge_in
+
+    blocks = blocks_of([0.1] * 80)
+    # Echo alone (40 dB removed) to block 30, then a person, a 0.2 s gap in their words
+    # (6 blocks) at 44-49, and on.
+    left = [0.01] * 30 + [0.7] * 14 + [0.01] * 6 + [0.7] * 30
+    fit = Rebuilt(blocks, left)
+    fit.usable = True
+    detector = BargeInDetector(lambda _chunk: 0.0, lambda: None, BargeInOptions())
+    onset_s = blocks[65].captured_at_s  # the detector's onset, 1 s after the person began
+    kept, clean, traced_back_s = kept_after_barge_in(detector, onset_s, blocks, fit)
+    began_s = blocks[29].captured_at_s  # block 30's start
+    assert clean and kept[0].captured_at_s >= began_s - NEAR_END_PRE_ROLL_S - BLOCK_S
+    assert kept[0].captured_at_s <= began_s - NEAR_END_PRE_ROLL_S + 2 * BLOCK_S
+    pre_roll_s = detector.options.pre_roll_ms / 1000
+    assert traced_back_s == pytest.approx(onset_s - pre_roll_s - began_s + NEAR_END_PRE_ROLL_S)
+    # A gap longer than a word's (0.3 s) ends the trace: the earlier run is someone else's.
+    left = [0.01] * 30 + [0.7] * 10 + [0.01] * 12 + [0.7] * 28
+    gapped = Rebuilt(blocks, left)
+    gapped.usable = True
+    _, _, traced_back_s = kept_after_barge_in(detector, onset_s, blocks, gapped)
+    began_s = blocks[51].captured_at_s  # block 52's start
+    assert traced_back_s == pytest.approx(onset_s - pre_roll_s - began_s + NEAR_END_PRE_ROLL_S)
+    # Where the fit did not hold on the reply before the run (14 dB), nothing is traced back.
+    weak = Rebuilt(blocks, [0.2] * 30 + [0.7] * 50)
+    weak.usable = True
+    assert kept_after_barge_in(detector, onset_s, blocks, weak)[2] == 0.0

@@ -7,6 +7,8 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from vocal.duplex.ambient import AmbientFloor
 from vocal.duplex.room_level import (
     FRESH_S,
@@ -47,3 +49,38 @@ def test_a_bad_record_is_set_aside(tmp_path: Path) -> None:
                                 "measured_at": time.time()}))  # fmt: skip
     assert fresh_room_level(tmp_path, "sink", "source", now_s=time.time()) is None
     assert not path.exists() and list(path.parent.glob("*.bad-*"))
+
+
+def test_the_endpointer_hears_only_what_stands_above_the_room() -> None:
+    """`RoomGate`: Silero calls other people's talk speech; a chunk within the margin of the
+    room's floor is silence to the endpointer, the person's louder speech is not, and Silero
+    hears every chunk either way (it is recurrent)."""
+    import numpy as np
+
+    from vocal.duplex.ambient import ROOM_MARGIN_DB, RoomGate
+
+    heard_chunks: list[int] = []
+
+    def silero(chunk: np.ndarray) -> float:
+        heard_chunks.append(chunk.shape[0])
+        return 0.9  # everything sounds like speech: a room of talkers
+
+    floor = heard([-40.0] * 8)  # babble at -40 dB (mean square)
+    detector = type("Detector", (), {"ambient": floor})()
+    gate = RoomGate.of_room(detector, kept_db=None)
+    assert gate is not None and gate.gate_db == -30.0
+    gated = gate.wrap(silero)
+    rng = np.random.default_rng(3)
+    noise = rng.standard_normal(512).astype(np.float32)
+    babble = noise * np.float32(10 ** (-40 / 20))  # mean square -40 dB
+    person = noise * np.float32(10 ** (-22 / 20))
+    assert gated(babble) == 0.0 and gated(babble * np.float32(2.5)) == 0.0  # up to +8 dB
+    assert gated(person) == pytest.approx(0.9)
+    assert gate.gated == 2 and len(heard_chunks) == 3
+    # No detector (half-duplex): the level the last turn kept, with the default margin.
+    kept = RoomGate.of_room(None, kept_db=-50.0)
+    assert kept is not None and kept.gate_db == -50.0 + ROOM_MARGIN_DB
+    # Nothing known, or the floor off: no gate.
+    assert RoomGate.of_room(None, kept_db=None) is None
+    off = type("Detector", (), {"ambient": AmbientFloor(None)})()
+    assert RoomGate.of_room(off, kept_db=-50.0) is None

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from vocal.audio.chunks import Chunker
-from vocal.duplex.ambient import AmbientFloor
+from vocal.duplex.ambient import ROOM_MARGIN_DB, AmbientFloor
 
 if TYPE_CHECKING:
     import numpy as np
@@ -147,7 +147,7 @@ class BargeInOptions:
     #: errs by -3.4 dB in 1 case in 10: hence 10. The floor is learnt before the far end's first
     #: loud sample (the "before" window: nothing counts there, no reply to interrupt yet), in
     #: its pauses, and kept from the turn before (vocal.duplex.room_level).
-    ambient_margin_db: float | None = 10.0
+    ambient_margin_db: float | None = ROOM_MARGIN_DB
     #: Audio kept from before the first chunk of the deciding run. Silero is sure of the person
     #: 0.17-0.37 s after their first sound in double talk (up to 0.7 s on a loaded machine),
     #: since AEC3's suppressor holds the near end down at first: 600 ms keeps the onset.

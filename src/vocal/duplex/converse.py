@@ -62,8 +62,10 @@ REVERB_GAP_MS = 200
 #: An output that plays nothing for this long while not paused has failed (a vanished device
 #: stops calling back instead of raising).
 OUTPUT_STALL_S = 2.0
-#: Cleaned blocks kept while the reply plays (32 ms each: 3 s), for a late barge-in's onset.
-KEEP_BLOCKS = 94
+#: Cleaned blocks kept while the reply plays (32 ms each: 5 s), for a late barge-in's onset:
+#: the detector can fire a second after the person began, and the echo-free capture traces
+#: their start up to 2 s further back (vocal.duplex.handoff.near_end_onset_s).
+KEEP_BLOCKS = 156
 #: A backchannel's length counts from this long before the deciding run's first chunk (Silero
 #: is sure of a word 1-2 chunks after it starts).
 JUDGE_ONSET_LEAD_S = 0.1
@@ -229,6 +231,7 @@ class _Run:
         import numpy  # noqa: F401  (before any stream opens: python-sounddevice #487)
 
         from vocal.audio.vad import SileroVad
+        from vocal.duplex.ambient import RoomGate
         from vocal.hearing.listening import listen_options
         from vocal.hearing.stt_loading import stt_loader
 
@@ -267,9 +270,11 @@ class _Run:
         from vocal.hearing.push_to_talk import keys_for
 
         on_block, on_words = meter_hooks(self.line, turn.check)
+        gate = parts.room_gate = RoomGate.of_room(parts.guard.detector, self.room_db)
+        confidence = SileroVad() if gate is None else gate.wrap(SileroVad())
         with keys_for(options.push_to_talk, self.listen_stop, listening) as (keys, listening):
             listened = keys.ended(listen(
-                source, stt=loader, options=listening, confidence=SileroVad(),
+                source, stt=loader, options=listening, confidence=confidence,
                 turn_model=parts.turn_loader, stop=self.listen_stop,
                 on_block=keys.watching(on_block), on_words=on_words,
             ))  # fmt: skip
@@ -303,7 +308,7 @@ class _Run:
         from vocal.audio.vad import SileroVad
         from vocal.duplex.bargein import BargeInOptions, barge_in_options
         from vocal.duplex.handoff import kept_blocks
-        from vocal.duplex.room_level import keep_heard_level
+        from vocal.duplex.room_level import hear_room_first, keep_heard_level
         from vocal.speaking.output import open_speech_player
         from vocal.speaking.speech import Speech, engine_loader
 
@@ -331,11 +336,6 @@ class _Run:
             speech.fail(exc)
             speech.join(2.0)
             raise
-        speech.attach_output(player)
-        # A resume restarts the far end after a silence and the canceller finds the echo path
-        # again: barge-in waits (BargeInOptions.resume_inhibit_ms).
-        turn.attach_output(SpeechOutput(speech, player, on_resume=echo_guard.hold_after_resume))
-        turn.set_phase(TurnPhase.PLAYING)
         detector = None
         # With backchannels on, a barge-in pauses the reply until the words tell "yeah" from
         # "stop" (vocal.duplex.backchannel); the person hears it go quiet as soon either way.
@@ -345,6 +345,12 @@ class _Run:
             detector = echo_guard.watch(SileroVad(), on_barge_in, barge_in_options(settings),
                                         player=player, mic=mic,
                                         room_level_db=self.room_db)  # fmt: skip
+            parts.room_first_s = hear_room_first(mic, echo_guard.feed, detector.ambient)
+        speech.attach_output(player)
+        # A resume restarts the far end after a silence and the canceller finds the echo path
+        # again: barge-in waits (BargeInOptions.resume_inhibit_ms).
+        turn.attach_output(SpeechOutput(speech, player, on_resume=echo_guard.hold_after_resume))
+        turn.set_phase(TurnPhase.PLAYING)
         # The cleaned blocks of the last few seconds: a barge-in decided late (an inhibit window
         # held it back) still hands the endpointer the person's first word.
         recent: collections.deque[Block] = collections.deque(maxlen=KEEP_BLOCKS)

@@ -5,7 +5,7 @@ Three moments, one tool: the raw microphone minus the reply's fitted echo
 stops, where the fit removes enough echo:
 
 - after a barge-in (`kept_after_barge_in`): the blocks from the pre-roll before the person's
-  onset on;
+  onset on, or from where the echo-free capture shows they began, if that was earlier;
 - after the reply ended by itself (`handover_blocks`): its last `HANDOVER_LOOKBACK_S`, so an
   answer begun as the question ended keeps its first words (the room's tail is otherwise
   blanked);
@@ -59,6 +59,10 @@ NEAR_END_RATIO = 10 ** (NEAR_END_ECHO_DB / 10)
 #: What the fit must remove from the reply alone before such a run for it to count.
 NEAR_END_FIT_DB = 20.0
 NEAR_END_FIT_RATIO = 10 ** (NEAR_END_FIT_DB / 10)
+#: After a barge-in, the person's start is traced back this far before the detector's onset,
+#: through near-end runs this far apart at most (a word's gap, a breath).
+NEAR_END_LOOKBACK_S = 2.0
+NEAR_END_GAP_S = 0.3
 #: Quiet chunks allowed inside speech traced back to its onset (a word's gap, a stop).
 ONSET_GAP_CHUNKS = 3
 #: Audio kept around a short utterance over the paused reply when it is transcribed to tell a
@@ -89,20 +93,34 @@ def fit_after_s(detector: BargeInDetector, onset_s: float) -> float | None:
     return before[-1] + GLITCH_SETTLE_S if before else None
 
 
-def kept_after_barge_in(detector: BargeInDetector, onset_s: float, recent: Iterable[Block],
-                        echo_free: EchoFreeOnset | None) -> tuple[list[Block], bool]:  # fmt: skip
+def kept_after_barge_in(
+    detector: BargeInDetector, onset_s: float, recent: Iterable[Block],
+    echo_free: EchoFreeOnset | None,
+) -> tuple[list[Block], bool, float]:  # fmt: skip
     """The blocks from `pre_roll_ms` before the person's onset to the last one read, rebuilt
-    where the fit is usable and no glitch came after the onset; and whether they were."""
+    where the fit is usable and no glitch came after the onset; whether they were; and how
+    much earlier than the pre-roll they start (s), where the echo-free capture shows the
+    person began before it (`near_end_onset_s`)."""
     o = detector.options
-    from_s = onset_s - o.pre_roll_ms / 1000
     delay_s = detector.delay_frames / o.sample_rate
-    kept = [block for block in recent
-            if block.captured_at_s - delay_s - block.samples.shape[0] / o.sample_rate
-            >= from_s - o.chunk_s]  # fmt: skip
+    recent = list(recent)
+    pre_roll_s = onset_s - o.pre_roll_ms / 1000
+
+    def since(from_s: float) -> list[Block]:
+        return [b for b in recent if _block_start_s(b, delay_s) >= from_s - o.chunk_s]
+
+    kept = since(pre_roll_s)
     if echo_free is None or not echo_free.usable or glitch_after(detector, onset_s):
-        return kept, False
-    clean = rebuilt(kept, echo_free)
-    return (kept, False) if clean is None else (clean, True)
+        return kept, False, 0.0
+    looked = since(onset_s - NEAR_END_LOOKBACK_S - NEAR_END_PRE_ROLL_S)
+    clean = rebuilt(looked, echo_free)
+    if clean is None:
+        return kept, False, 0.0
+    began_s = near_end_onset_s(looked, clean, echo_free, onset_s, delay_s)
+    from_s = pre_roll_s if began_s is None else min(pre_roll_s, began_s - NEAR_END_PRE_ROLL_S)
+    clean = [c for b, c in zip(looked, clean, strict=True)
+             if _block_start_s(b, delay_s) >= from_s - o.chunk_s]  # fmt: skip
+    return clean, True, pre_roll_s - from_s
 
 
 def glitch_after(detector: BargeInDetector, since_s: float) -> bool:
@@ -137,6 +155,43 @@ def trailing_onset_s(detector: BargeInDetector | None, ended_s: float) -> float 
     return trace[start][0] - detector.options.chunk_s
 
 
+#: A block, its raw and echo-free power, and whether it holds a near end (`_near_end_blocks`).
+_Powers = tuple["Block", float, float, bool]
+
+
+def _near_end_blocks(blocks: list[Block], clean: list[Block],
+                     echo_free: EchoFreeOnset) -> list[_Powers]:  # fmt: skip
+    """Each block with its raw and echo-free power (mean square; raw 0 where the tap no longer
+    holds it) and whether it holds more than the reply's fitted echo: an echo-free level above
+    `NEAR_END_FLOOR_DBFS` and within `NEAR_END_ECHO_DB` of the raw microphone's."""
+    import numpy as np
+
+    floor = 10 ** (NEAR_END_FLOOR_DBFS / 10)
+    out = []
+    for block, cleaned in zip(blocks, clean, strict=True):
+        found = echo_free.raw_for(block)
+        raw_power = float(np.mean(np.square(found[1], dtype=np.float64))) if found else 0.0
+        left_power = float(np.mean(np.square(cleaned.samples, dtype=np.float64)))
+        near = (
+            found is not None and left_power >= floor and left_power * NEAR_END_RATIO >= raw_power
+        )
+        out.append((block, raw_power, left_power, near))
+    return out
+
+
+def _fit_held(powers: Iterable[_Powers]) -> bool:
+    """Whether the fit removed `NEAR_END_FIT_DB` from the reply alone over these blocks (at
+    least `NEAR_END_BLOCKS` above the floor that hold no near end)."""
+    floor = 10 ** (NEAR_END_FLOOR_DBFS / 10)
+    echo = [(raw, left) for _b, raw, left, near in powers if not near and raw >= floor]
+    return len(echo) >= NEAR_END_BLOCKS and sum(r for r, _ in echo) >= sum(
+        left for _, left in echo) * NEAR_END_FIT_RATIO  # fmt: skip
+
+
+def _block_start_s(block: Block, delay_s: float = 0.0) -> float:
+    return block.captured_at_s - delay_s - block.samples.shape[0] / SAMPLE_RATE
+
+
 def first_near_end_s(blocks: list[Block], clean: list[Block], echo_free: EchoFreeOnset,
                      from_s: float = -math.inf) -> float | None:  # fmt: skip
     """The start (at or after `from_s`) of the first of `NEAR_END_BLOCKS` blocks in a row whose
@@ -147,29 +202,54 @@ def first_near_end_s(blocks: list[Block], clean: list[Block], echo_free: EchoFre
     `NEAR_END_BLOCKS` blocks above the floor that are not near, losing `NEAR_END_FIT_DB`
     together; else the run may be the reply's own words, where the echo path moved after the
     fit's stretch."""
-    import numpy as np
-
-    floor = 10 ** (NEAR_END_FLOOR_DBFS / 10)
-    run: list[Block] = []
-    # The blocks of the reply alone so far, and their summed raw and echo-free power.
-    echo_blocks, echo_raw, echo_left = 0, 0.0, 0.0
-    for block, cleaned in zip(blocks, clean, strict=True):
-        found = echo_free.raw_for(block)
-        raw_power = float(np.mean(np.square(found[1], dtype=np.float64))) if found else 0.0
-        left_power = float(np.mean(np.square(cleaned.samples, dtype=np.float64)))
-        if found is None or left_power < floor or left_power * NEAR_END_RATIO < raw_power:
-            run = []
-            if raw_power >= floor:
-                echo_blocks += 1
-                echo_raw, echo_left = echo_raw + raw_power, echo_left + left_power
-            continue
-        run.append(block)
-        if len(run) == NEAR_END_BLOCKS:
-            start_s = run[0].captured_at_s - run[0].samples.shape[0] / SAMPLE_RATE
-            held = echo_blocks >= NEAR_END_BLOCKS and echo_raw >= echo_left * NEAR_END_FIT_RATIO
-            if start_s >= from_s and held:
+    powers = _near_end_blocks(blocks, clean, echo_free)
+    run = 0
+    for i, (_block, _raw, _left, near) in enumerate(powers):
+        run = run + 1 if near else 0
+        if run == NEAR_END_BLOCKS:
+            first = i - NEAR_END_BLOCKS + 1
+            start_s = _block_start_s(powers[first][0])
+            if start_s >= from_s and _fit_held(powers[:first]):
                 return start_s
     return None
+
+
+def near_end_onset_s(blocks: list[Block], clean: list[Block], echo_free: EchoFreeOnset,
+                     onset_s: float, delay_s: float) -> float | None:  # fmt: skip
+    """Where the person the detector heard at `onset_s` began, traced back through the
+    echo-free capture (`clean`, block for block; the blocks are `delay_s` ahead of the
+    detector's clock): the first of the runs of `NEAR_END_BLOCKS` near-end blocks (see
+    `first_near_end_s`) that reach the onset with gaps of at most `NEAR_END_GAP_S`, no more
+    than `NEAR_END_LOOKBACK_S` before it; None if none starts before the onset, or the fit
+    did not hold on the reply alone before the first.
+
+    A person starting as loud as the echo or under it is held down by AEC3's suppressor: Silero
+    on the canceller's output heard nothing of "he was not" (0 dB, 1.5 s into the reply) and
+    fired 1.4 s later on "an ill disposed...", past the pre-roll."""
+    powers = [p for p in _near_end_blocks(blocks, clean, echo_free)
+              if _block_start_s(p[0], delay_s) >= onset_s - NEAR_END_LOOKBACK_S]  # fmt: skip
+    runs: list[tuple[int, int]] = []  # (first, last) block index of each near-end run
+    first = None
+    for i, (_block, _raw, _left, near) in enumerate(powers):
+        if near and first is None:
+            first = i
+        if first is not None and (not near or i == len(powers) - 1):
+            last = i if near else i - 1
+            if last - first + 1 >= NEAR_END_BLOCKS:
+                runs.append((first, last))
+            first = None
+    reached_s, reached = onset_s, None
+    for first, last in reversed(runs):
+        start_s = _block_start_s(powers[first][0], delay_s)
+        end_s = powers[last][0].captured_at_s - delay_s
+        if start_s >= reached_s:
+            continue  # after the onset: the words the pre-roll keeps anyway
+        if end_s < reached_s - NEAR_END_GAP_S:
+            break
+        reached_s, reached = start_s, first
+    if reached is None or not _fit_held(powers[:reached]):
+        return None
+    return reached_s
 
 
 def kept_blocks(
@@ -188,7 +268,9 @@ def kept_blocks(
     parts.onset_removed_db = echo_free.removed_db if echo_free is not None else None
     if echo_free is not None:
         learn(echo_free.removed_db, echo_free.delay_ms)
-    kept, clean = kept_after_barge_in(detector, parts.onset_s, recent, echo_free)
+    kept, clean, parts.onset_traced_back_s = kept_after_barge_in(
+        detector, parts.onset_s, recent, echo_free
+    )
     parts.echo_free = echo_free if clean else None
     parts.onset_glitch = glitch_after(detector, parts.onset_s)
     return kept

@@ -18,6 +18,7 @@ from vocal.duplex.options import ConverseResult
 if TYPE_CHECKING:
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
+    from vocal.duplex.ambient import RoomGate
     from vocal.duplex.onset import EchoFreeOnset
     from vocal.floor.turn import Turn
     from vocal.hearing.listening import ListenResult
@@ -61,6 +62,14 @@ class TurnParts:
     onset_fit_s: float | None = None
     #: A glitch came after the barge-in's onset: the raw capture was not used (handoff).
     onset_glitch: bool = False
+    #: How much earlier than the pre-roll the kept audio starts: the echo-free capture showed
+    #: the person began before it (vocal.duplex.handoff.near_end_onset_s), s.
+    onset_traced_back_s: float = 0.0
+    #: The endpointer's gate by the room's own level (None: not known; vocal.duplex.ambient).
+    room_gate: RoomGate | None = None
+    #: How long the turn heard the room alone before its first sound, knowing no level of it
+    #: (vocal.duplex.room_level.hear_room_first).
+    room_first_s: float = 0.0
     #: When the reply ended by itself: whether its last second and its room tail were heard
     #: from the raw microphone minus the fitted echo ("raw") or blanked as before ("blanked").
     tail_audio: dict | None = None
@@ -165,6 +174,7 @@ def converse_result(
     timings: dict[str, float | None] = {
         "floor_s": span(started_at_s, clock.get("floor")),
         "first_audio_s": span(started_at_s, first_audio),
+        "room_first_s": parts.room_first_s,
         "reply_s": span(first_audio, reply_ended),
         # The person's onset (as the VAD saw it) -> Player.stop called.
         "barge_in_latency_s": span(parts.onset_s, fired.at_s) if fired else None,
@@ -202,6 +212,8 @@ def converse_result(
         # Speech chunks counted inside a tail or a glitch window (BargeInOptions.tail_override_db).
         "tail_overrides": detector.tail_overrides if detector is not None else 0,
         "glitch_overrides": detector.glitch_overrides if detector is not None else 0,
+        # Chunks Silero called speech while listening that were not above the room's level.
+        "room_gated_chunks": parts.room_gate.gated if parts.room_gate is not None else 0,
     }  # fmt: skip
     text = listened.text if listened is not None else ""
     room_db = detector.ambient.floor_db if detector is not None else None
@@ -233,6 +245,7 @@ def converse_result(
             "echo_removed_db": parts.onset_removed_db,
             "fit_s": None if parts.onset_fit_s is None else round(parts.onset_fit_s, 3),
             "glitch_after_onset": parts.onset_glitch,
+            "traced_back_s": round(parts.onset_traced_back_s, 3),
         },
     )
     if trace and detector is not None:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from vocal.duplex.ambient import AmbientFloor
 from vocal.duplex.echo_profile import PROFILE_DIR_NAME, profile_path
@@ -23,10 +25,17 @@ from vocal.errors import VocalError
 from vocal.floor.statedir import ensure_private_dir
 from vocal.floor.statefiles import read_record, record_from, write_json
 
+if TYPE_CHECKING:
+    from vocal.audio.devices import Block, Microphone
+
 #: A level older than this (s) says too little of the room now to start a turn from.
 FRESH_S = 15 * 60
 #: A turn keeps its level only when it heard the room for this many chunks (~0.5 s).
 MIN_CHUNKS = 16
+#: A turn that knows no level hears the room alone for up to this long before its first sound
+#: (the floor needs `vocal.duplex.ambient.MIN_CHUNKS`: ~0.1 s). Without it, the first turn in a
+#: room of talkers learnt nothing before the reply's first pause, where the babble cut it.
+FIRST_LISTEN_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,22 @@ def fresh_room_level(home: Path, output: str, input: str, *, now_s: float) -> fl
     return level.level_db if 0 <= now_s - level.measured_at <= FRESH_S else None
 
 
+def hear_room_first(mic: Microphone, feed: Callable[[Block], object], floor: AmbientFloor,
+                    limit_s: float = FIRST_LISTEN_S) -> float:  # fmt: skip
+    """Before a turn's first sound, where the room's level is not known (`floor`, the barge-in
+    detector's; a kept level counts as known): give the microphone's blocks to the detector
+    (`feed`) until it is, or `limit_s` has passed. Returns the seconds spent (0.0 where the
+    level was known: every turn after the first, for `FRESH_S`)."""
+    started_s = time.monotonic()
+    while floor.floor_db is None and floor.margin_db is not None:
+        left_s = limit_s - (time.monotonic() - started_s)
+        block = mic.read(left_s) if left_s > 0 else None
+        if block is None:
+            break
+        feed(block)
+    return round(time.monotonic() - started_s, 3)
+
+
 def keep_heard_level(home: Path, output_device: str | None, input_device: str | None,
                      ambient: AmbientFloor) -> threading.Thread | None:  # fmt: skip
     """Keep the level a turn's detector heard (`ambient`), if it heard the room long enough
@@ -88,10 +113,12 @@ def keep_heard_level(home: Path, output_device: str | None, input_device: str | 
 
 
 __all__ = [
+    "FIRST_LISTEN_S",
     "FRESH_S",
     "MIN_CHUNKS",
     "RoomLevel",
     "fresh_room_level",
+    "hear_room_first",
     "keep_heard_level",
     "room_level_path",
 ]
