@@ -39,8 +39,11 @@ def test_a_turn_in_a_room_of_talkers_ends_when_the_person_stops(chatter_room, tm
     # no-speech timeout, not at the cap, and keeps the room's level for the next.
     code, result, err = converse(REPLY, "--max-seconds", MAX_S, timeout_s=60)
     assert code == 4, (err, result.get("text"), result.get("end_reason"), result.get("counters"))
-    assert result["end_reason"] == "no_speech", (result["counters"], result["room_level_db"],
-                                                  result["interrupted_at_s"])
+    assert result["end_reason"] == "no_speech", (
+        result["counters"],
+        result["room_level_db"],
+        result["interrupted_at_s"],
+    )
     assert result["counters"]["room_gated_chunks"] > 0, result["counters"]
     # A person answers a second after the reply; the turn ends on their silence.
     clip = next(c for c in load_clips() if c.id == "arctic-awb-a0007")
