@@ -133,3 +133,48 @@ def test_the_taps_rebuild_blocks_as_the_microphone_hands_them_out(speech) -> Non
     out = rebuilt.samples_for(blocks[index])
     wanted = 0.6 * person[index * 512 - onset : index * 512 - onset + 512]
     assert 10 * np.log10(np.sum(wanted**2) / np.sum((out - wanted) ** 2)) >= 25.0
+
+
+def test_a_person_who_began_under_the_echo_is_traced_back_to_their_first_word(speech) -> None:
+    """A real recording ("he was not an ill disposed young man") at the echo's level, which the
+    detector heard only 1.4 s in (AEC3's suppressor held the start down; seen live at 0 dB):
+    the raw capture minus the fit shows where the person began
+    (vocal.duplex.handoff.near_end_onset_s): their soft first sound under the echo comes a
+    little before it, and the pre-roll kept before it holds that too."""
+    from harness.corpus import load_clips
+    from vocal.audio.wav import read_wav
+    from vocal.duplex.handoff import NEAR_END_PRE_ROLL_S, near_end_onset_s
+
+    reply, _ = speech
+    clip = next(c for c in load_clips() if c.id == "sas-0880")
+    audio = read_wav(clip.path)
+    person = resample(audio.mono_samples, audio.sample_rate, RATE)
+    raw = room(reply)
+    frames = person[: person.shape[0] // 160 * 160].reshape(-1, 160)
+    energy = np.mean(frames.astype(np.float64) ** 2, axis=1)
+    first_sound = int(np.argmax(energy > 1e-3 * energy.max())) * 160  # within 30 dB of its peak
+
+    def active(x: np.ndarray) -> float:
+        power = np.mean(x[: x.shape[0] // 512 * 512].reshape(-1, 512).astype(np.float64) ** 2, 1)
+        return float(np.mean(power[power > 1e-3 * power.max()]))
+
+    start = round(1.5 * RATE)
+    person = person * np.float32(np.sqrt(active(raw) / active(person)))  # 0 dB
+    raw[start : start + person.shape[0]] += person[: raw.shape[0] - start]
+    taps = OnsetTaps(RATE, RATE)
+    t0 = 1000.0
+    blocks = []
+    for i in range(0, raw.shape[0] - 512, 512):
+        stamp = t0 + (i + 512) / RATE
+        taps.played.add(reply[i : i + 512], stamp)
+        taps.raw.add(raw[i : i + 512], stamp + 0.002)
+        blocks.append(Block(raw[i : i + 512].copy(), stamp + 0.0025))
+    began_s = t0 + (start + first_sound) / RATE
+    late_onset_s = began_s + 1.4
+    rebuilt = taps.rebuild(late_onset_s, reply_started_s=t0)
+    assert rebuilt is not None and rebuilt.usable, rebuilt and rebuilt.removed_db
+    clean = [Block(rebuilt.samples_for(b), b.captured_at_s) for b in blocks]  # type: ignore[arg-type]
+    traced_s = near_end_onset_s(blocks, clean, rebuilt, late_onset_s, delay_s=0.0)
+    assert traced_s is not None
+    # Not before the person (the reply alone would be kept), and their first sound kept.
+    assert began_s - 0.1 <= traced_s <= began_s + NEAR_END_PRE_ROLL_S, traced_s - began_s
