@@ -42,6 +42,22 @@ def test_too_little_heard_keeps_nothing(tmp_path: Path) -> None:
     assert not room_level_path(tmp_path, "sink", "source").exists()
 
 
+def test_a_turn_that_knew_no_level_keeps_what_its_floor_needed(tmp_path: Path) -> None:
+    """The first turn heard the room only before its first sound and in one pause: what its
+    own floor was made of is kept, so the next turn need not hear the room before speaking."""
+    from vocal.duplex.ambient import MIN_CHUNKS as FLOOR_CHUNKS
+
+    first = AmbientFloor(10.0)  # no prior
+    for level in [-41.0, -40.0, -39.0][: FLOOR_CHUNKS - 1]:
+        first.teach(level)
+    assert keep_heard_level(tmp_path, "sink", "source", first) is None
+    first.teach(-40.0)
+    thread = keep_heard_level(tmp_path, "sink", "source", first)
+    assert thread is not None
+    thread.join(5)
+    assert fresh_room_level(tmp_path, "sink", "source", now_s=time.time()) == -40.0
+
+
 def test_a_bad_record_is_set_aside(tmp_path: Path) -> None:
     path = room_level_path(tmp_path, "sink", "source")
     path.parent.mkdir(parents=True)

@@ -67,6 +67,8 @@ class AmbientFloor:
         self._levels: collections.deque[float] = collections.deque(maxlen=history)
         if prior_db is not None:
             self._levels.extend([prior_db] * PRIOR_CHUNKS)
+        #: Whether the floor started from a level the last turn kept.
+        self.had_prior = prior_db is not None
         #: Chunks this turn taught (the prior not counted).
         self.learned_chunks = 0
 

@@ -30,7 +30,9 @@ if TYPE_CHECKING:
 
 #: A level older than this (s) says too little of the room now to start a turn from.
 FRESH_S = 15 * 60
-#: A turn keeps its level only when it heard the room for this many chunks (~0.5 s).
+#: A turn keeps its level only when it heard the room for this many chunks (~0.5 s), or,
+#: where it started from none, for as many as its own floor needed (`ambient.MIN_CHUNKS`): else
+#: every turn after a short reply would hear the room again before its first sound (40-60 ms).
 MIN_CHUNKS = 16
 #: A turn that knows no level hears the room alone for up to this long before its first sound
 #: (the floor needs `vocal.duplex.ambient.MIN_CHUNKS`: ~0.1 s). Without it, the first turn in a
@@ -92,10 +94,11 @@ def hear_room_first(mic: Microphone, feed: Callable[[Block], object], floor: Amb
 def keep_heard_level(home: Path, output_device: str | None, input_device: str | None,
                      ambient: AmbientFloor) -> threading.Thread | None:  # fmt: skip
     """Keep the level a turn's detector heard (`ambient`), if it heard the room long enough
-    (`MIN_CHUNKS`), in a thread (started; join it before the process exits; the device pair
+    (see `MIN_CHUNKS`), in a thread (started; join it before the process exits; the device pair
     is resolved there). A state directory that cannot take it never fails the turn."""
     level_db = ambient.learned_db
-    if level_db is None or ambient.learned_chunks < MIN_CHUNKS:
+    enough = MIN_CHUNKS if ambient.had_prior else ambient.min_chunks
+    if level_db is None or ambient.learned_chunks < enough:
         return None
 
     def keep() -> None:
