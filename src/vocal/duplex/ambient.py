@@ -19,10 +19,7 @@ import collections
 import math
 import statistics
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from vocal.duplex.bargein import BargeInDetector
+from typing import Any, Protocol
 
 #: Where too few chunks have been heard for a floor, a level counts as above it while the
 #: reply plays (the double-talk test decides alone, as without a floor), and not while nothing
@@ -125,6 +122,12 @@ class AmbientFloor:
         return 10 * math.log10(_power(level_db) - _power(floor))
 
 
+class HeardRoom(Protocol):
+    """What `RoomGate.of_room` reads of a barge-in detector (vocal.duplex.bargein)."""
+
+    ambient: AmbientFloor
+
+
 class RoomGate:
     """Gates the endpointer's speech probability (`wrap`) by the room's own level: a chunk that
     does not stand `margin_db` above the floor is silence. Other people talking are speech to
@@ -141,7 +144,7 @@ class RoomGate:
         self.gated = 0
 
     @classmethod
-    def of_room(cls, detector: BargeInDetector | None, kept_db: float | None) -> RoomGate | None:
+    def of_room(cls, detector: HeardRoom | None, kept_db: float | None) -> RoomGate | None:
         """The gate for the floor a barge-in `detector` heard over the reply, else the level
         the last turn kept (vocal.duplex.room_level) with `ROOM_MARGIN_DB`; None where neither
         is known or the floor is off. In a room of talkers a pause is where the person's level

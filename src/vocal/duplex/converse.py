@@ -337,8 +337,7 @@ class _Run:
             speech.join(2.0)
             raise
         detector = None
-        # With backchannels on, a barge-in pauses the reply until the words tell "yeah" from
-        # "stop" (vocal.duplex.backchannel); the person hears it go quiet as soon either way.
+        # Backchannels on: a barge-in pauses the reply till its words tell "yeah" from "stop".
         judge_backchannels = parts.barge_in and settings.barge_in_backchannels
         if parts.barge_in:
             on_barge_in = speech.pause if judge_backchannels else speech.stop
