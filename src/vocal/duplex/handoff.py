@@ -16,6 +16,7 @@ stops, where the fit removes enough echo:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterable
@@ -188,6 +189,17 @@ def _fit_held(powers: Iterable[_Powers]) -> bool:
         left for _, left in echo) * NEAR_END_FIT_RATIO  # fmt: skip
 
 
+def _near_end_runs(powers: list[_Powers]) -> list[tuple[int, int]]:
+    """(first, last) index of each run of at least `NEAR_END_BLOCKS` near-end blocks."""
+    runs, at = [], 0
+    for near, group in itertools.groupby(p[3] for p in powers):
+        count = len(list(group))
+        if near and count >= NEAR_END_BLOCKS:
+            runs.append((at, at + count - 1))
+        at += count
+    return runs
+
+
 def _block_start_s(block: Block, delay_s: float = 0.0) -> float:
     return block.captured_at_s - delay_s - block.samples.shape[0] / SAMPLE_RATE
 
@@ -203,14 +215,10 @@ def first_near_end_s(blocks: list[Block], clean: list[Block], echo_free: EchoFre
     together; else the run may be the reply's own words, where the echo path moved after the
     fit's stretch."""
     powers = _near_end_blocks(blocks, clean, echo_free)
-    run = 0
-    for i, (_block, _raw, _left, near) in enumerate(powers):
-        run = run + 1 if near else 0
-        if run == NEAR_END_BLOCKS:
-            first = i - NEAR_END_BLOCKS + 1
-            start_s = _block_start_s(powers[first][0])
-            if start_s >= from_s and _fit_held(powers[:first]):
-                return start_s
+    for first, _last in _near_end_runs(powers):
+        start_s = _block_start_s(powers[first][0])
+        if start_s >= from_s and _fit_held(powers[:first]):
+            return start_s
     return None
 
 
@@ -228,18 +236,8 @@ def near_end_onset_s(blocks: list[Block], clean: list[Block], echo_free: EchoFre
     fired 1.4 s later on "an ill disposed...", past the pre-roll."""
     powers = [p for p in _near_end_blocks(blocks, clean, echo_free)
               if _block_start_s(p[0], delay_s) >= onset_s - NEAR_END_LOOKBACK_S]  # fmt: skip
-    runs: list[tuple[int, int]] = []  # (first, last) block index of each near-end run
-    first = None
-    for i, (_block, _raw, _left, near) in enumerate(powers):
-        if near and first is None:
-            first = i
-        if first is not None and (not near or i == len(powers) - 1):
-            last = i if near else i - 1
-            if last - first + 1 >= NEAR_END_BLOCKS:
-                runs.append((first, last))
-            first = None
     reached_s, reached = onset_s, None
-    for first, last in reversed(runs):
+    for first, last in reversed(_near_end_runs(powers)):
         start_s = _block_start_s(powers[first][0], delay_s)
         end_s = powers[last][0].captured_at_s - delay_s
         if start_s >= reached_s:
