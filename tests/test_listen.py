@@ -80,9 +80,16 @@ def test_a_pause_longer_than_the_window_ends_the_turn(tmp_path: Path) -> None:
     code, out, _ = listen_json(path, "--no-turn-model")
     assert code == 0 and out["text"].lower().startswith("open the file")
     assert "line" not in out["text"].lower(), "ended in the 1.2 s pause"
-    # ... unless the window is longer than the pause.
+    # ... unless the window is longer than the pause: the turn runs to the end of the second
+    # sentence. Judged by where it ended and by each sentence's words, not by a word error
+    # rate: across this exact 1.2 s gap tiny.en (faster-whisper 1.2.1, ctranslate2 4.8.5)
+    # drops "me" from "read me the first line", which says nothing about the endpointer.
     code, out, _ = listen_json(path, "--no-turn-model", "--silence-ms", "1500")
-    assert code == 0 and word_error_rate(f"{FIRST} {SECOND}", out["text"]) <= MAX_WER
+    assert code == 0
+    end_of_second = 0.5 + first.duration_s + 1.2 + second.duration_s
+    assert out["durations"]["speech_end_s"] == pytest.approx(end_of_second, abs=0.2)
+    text = out["text"].lower()
+    assert "open the file" in text and "first line" in text, out["text"]
 
 
 def test_quiet_noise_does_not_trigger(tmp_path: Path) -> None:
