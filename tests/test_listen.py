@@ -75,8 +75,8 @@ def test_a_pause_shorter_than_the_window_does_not_cut(tmp_path: Path) -> None:
 
 
 def test_a_pause_longer_than_the_window_ends_the_turn(tmp_path: Path) -> None:
-    first, second = trimmed(FIRST), trimmed(SECOND)
-    path = wav(tmp_path, join(silence(0.5), first, silence(1.2), second, silence(1.5)))
+    first, second, pause_s = trimmed(FIRST), trimmed(SECOND), 1.2
+    path = wav(tmp_path, join(silence(0.5), first, silence(pause_s), second, silence(1.5)))
     code, out, _ = listen_json(path, "--no-turn-model")
     assert code == 0 and out["text"].lower().startswith("open the file")
     assert "line" not in out["text"].lower(), "ended in the 1.2 s pause"
@@ -86,7 +86,7 @@ def test_a_pause_longer_than_the_window_ends_the_turn(tmp_path: Path) -> None:
     # drops "me" from "read me the first line", which says nothing about the endpointer.
     code, out, _ = listen_json(path, "--no-turn-model", "--silence-ms", "1500")
     assert code == 0
-    end_of_second = 0.5 + first.duration_s + 1.2 + second.duration_s
+    end_of_second = 0.5 + first.duration_s + pause_s + second.duration_s
     assert out["durations"]["speech_end_s"] == pytest.approx(end_of_second, abs=0.2)
     text = out["text"].lower()
     assert "open the file" in text and "first line" in text, out["text"]
