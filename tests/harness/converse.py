@@ -11,29 +11,14 @@ from harness.room import Room, without_room_stall
 from harness.runner import start_vocal
 from harness.sounds import espeak
 from vocal.audio.wav import write_wav
+from vocal.duplex.echo_forecast import REPLIES
 
-#: ~6 s of hibari speech: long enough to be cut.
-LONG_REPLY = (
-    "The build finished. All forty two tests passed, and the report is in the docs folder. "
-    "I also cleaned up the old branches and merged the release notes."
-)
 #: Replies for measuring the echo canceller (benchmarks/converse's ERLE part and
-#: benchmarks/aec_warmup): how much echo gets through early in a reply depends on the reply
-#: (offline, one room gave 21-55 dB 1 s in over these five), so runs cycle through them.
-ERLE_REPLIES = (
-    LONG_REPLY,
-    "I looked at the failing test. The fixture opens the socket before the server is ready, so "
-    "the first request times out. I added a wait on the ready file, and it passes ten times in "
-    "a row now.",
-    "There are three open pull requests. The first one renames the config loader, the second "
-    "adds retries to the uploader, and the third is still a draft. Do you want me to review the "
-    "second one first?",
-    "The benchmark ran twice. The median start-up time went from one hundred and eighty to one "
-    "hundred and forty milliseconds, and the spread is smaller. I wrote the numbers into the "
-    "results file.",
-    "Your calendar is clear after three. I moved the design review to Thursday morning and sent "
-    "the notes from yesterday's meeting to everyone on the thread.",
-)
+#: benchmarks/aec_warmup): the five `vocal doctor --echo` forecasts its reduction over, so
+#: that the two figures are over the same speech; runs cycle through them.
+ERLE_REPLIES = REPLIES
+#: ~6 s of hibari speech: long enough to be cut.
+LONG_REPLY = REPLIES[0]
 #: What the person in the room says over it (espeak-ng), and the words of it that count.
 NEAR = "please stop and open the settings file"
 NEAR_WORDS = ("open", "settings")

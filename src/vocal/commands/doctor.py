@@ -28,8 +28,8 @@ def doctor(
         False,
         "--echo",
         help="Measure the echo instead: play a 3 s noise probe through the speaker, record "
-        "it, report the echo delay, its level and what the canceller removes, and keep them "
-        "for `converse --aec auto`.",
+        "it, report the echo delay, its level, what the canceller removes from it and would "
+        "remove from a spoken reply, and keep them for `converse --aec auto`.",
     ),
 ) -> None:
     """Check that this machine can hold a spoken turn, and say how to fix what cannot.
@@ -44,12 +44,16 @@ def doctor(
     Each check is ok, warn, fail or skip (not checked because an earlier one failed); every
     warn and fail comes with its fix. Takes about a second.
 
-    With --echo, only the echo is checked (about 4 s, audible): the probe's echo delay (ms,
-    output latency + room + input latency), its level at the microphone, the canceller's
-    reduction after its first second (dB) and a verdict: full-duplex (25 dB or more),
-    use-headphones (15-25 dB), half-duplex (under 15 dB). It is kept per speaker and
-    microphone in the state directory: `converse --aec auto` gives the delay to the canceller
-    and runs half-duplex where the verdict says so. --json adds the figures under "data".
+    With --echo, only the echo is checked (about 10 s: 2 s of the room's own sound, then the
+    probe, audible): the probe's echo delay (ms, output latency + room + input latency), its
+    level at the microphone, the canceller's reduction of it after its first second (dB) and
+    a verdict: full-duplex (25 dB or more), use-headphones (15-25 dB), half-duplex (under
+    15 dB). Beside it, what the canceller would take out of spoken replies (five, spoken by
+    hibari and run offline through the echo path and noise the probe measured) and how the
+    echo's delay moved (an output clock's drift, an underrun's step). It is kept per speaker
+    and microphone in the state directory: `converse --aec auto` gives the delay to the
+    canceller and runs half-duplex where the verdict says so. --json adds the figures under
+    "data".
 
     Exit codes: 0 when no check fails (warnings allowed), 1 when any check fails.
     """

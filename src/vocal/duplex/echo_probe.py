@@ -10,24 +10,33 @@ stream: `vocal.duplex.echo_guard.EchoGuard`). From the two streams as the callba
   over to its echo reaching the input callback: output latency, the room, input latency. This
   is the stream delay AEC3 is told (`EchoCanceller(stream_delay_ms=...)`);
 - **the echo's level** at the microphone (dBFS RMS over the probe) and its gain over the probe;
-- **the reduction**: what the canceller took out of the echo after its first second (ERLE,
-  `vocal.duplex.erle.erle_db`), which is what decides the verdict
+- **the reduction**: what the canceller took out of the probe's echo after its first second
+  (ERLE, `vocal.duplex.erle.erle_db`), which is what decides the verdict
   (`vocal.duplex.echo_profile.verdict_for`);
+- **the reduction on a reply**: what it would take out of spoken replies' echo, forecast from
+  the echo path the probe measured and the room's noise heard before it
+  (`vocal.duplex.echo_forecast`). AEC3 treats speech and noise differently, so this, not the
+  probe's figure, is what benchmarks/converse's ERLE over replies is to be compared with;
 - **the linear fit**: how much of the echo a linear path explains (dB). A loudspeaker that
-  distorts, or a clock that drifts, leaves more that no linear canceller removes.
+  distorts, or a clock that drifts, leaves more that no linear canceller removes;
+- **the delay's moves** during the probe: the output clock's drift against the input's (ppm)
+  and any step (an underrun), `vocal.duplex.echo_track`; the forecast plays replies so.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vocal.duplex.echo_profile import EchoProfile, verdict_for
+from vocal.duplex.echo_track import DelayTrack
 
 if TYPE_CHECKING:
+    from vocal.duplex.echo_forecast import Forecast, MeasuredRoom
     from vocal.duplex.onset import AlignedStreams
 
 #: The probe's length: AEC3 converges within ~1 s on the design room, and the reduction is
@@ -43,6 +52,9 @@ BAND_HZ = (150.0, 6000.0)
 #: Echo delays the fit looks for (s, relative to the callbacks' clock): up to issue 20's long
 #: rooms (600 ms) and a deep output buffer on top.
 DELAY_RANGE_S = (-0.05, 1.0)
+#: The room is recorded this long before the probe plays: its noise, for the reply forecast
+#: (1 s of a room of talkers misjudged it by 9 dB).
+NOISE_BEFORE_S = 2.0
 #: Recording goes on this long after the probe's last sample was handed over (the echo's
 #: latency and the room's tail).
 TAIL_S = 0.6
@@ -67,6 +79,14 @@ class EchoMeasurement:
     overflows: int
     #: What the canceller took out live, starting cold (no profile: every turn until now).
     cold_reduction_db: float | None = None
+    #: What it would take out of spoken replies with this profile: their median and each
+    #: reply's (`vocal.duplex.echo_forecast`; None where it could not be forecast).
+    reply_reduction_db: float | None = None
+    reply_reductions_db: tuple[float | None, ...] = ()
+    #: How the echo's delay moved during the probe (`vocal.duplex.echo_track`): the output
+    #: clock's drift against the input's (ppm), and steps (an underrun) as (s in, ms).
+    drift_ppm: float = 0.0
+    delay_steps: tuple[tuple[float, float], ...] = ()
 
     @property
     def echo_gain_db(self) -> float:
@@ -132,25 +152,42 @@ def measure_echo(*, output: str, input: str, output_device: str | int | None = N
     canceller = EchoCanceller(render_sample_rate=sample_rate, raw_when_quiet_s=None)
     guard = EchoGuard(canceller)
     raw: list[np.ndarray] = []
+    # The room's own sound first (the reply forecast's noise), kept from the canceller: it
+    # meets the probe as a turn's meets a reply (2 s of chatter before it cost its reduction
+    # 6 dB).
+    noise: list[np.ndarray] = []
+    guarded = threading.Event()
 
     def capture(block: np.ndarray) -> np.ndarray:
+        if not guarded.is_set():
+            noise.append(block.copy())
+            return block
         raw.append(block.copy())
         return guard.capture(block)
 
-    cleaned: list[np.ndarray] = []
-    with Microphone(CAPTURE_SAMPLE_RATE, device=input_device, on_block=capture) as mic:
-        # Play only once capture runs: the canceller must see the echo from its first sample.
-        first = mic.read(timeout_s=5.0)
-        if first is None:
+    delivered: list[np.ndarray] = []  # every block handed out, the unguarded first
+
+    def next_block() -> np.ndarray:
+        block = mic.read(timeout_s=5.0)
+        if block is None:
             raise DeviceError("the microphone delivered nothing for 5 s")
-        cleaned.append(first.samples)
+        delivered.append(block.samples)
+        return block.samples
+
+    with Microphone(CAPTURE_SAMPLE_RATE, device=input_device, on_block=capture) as mic:
+        while sum(part.shape[0] for part in noise[1:]) < NOISE_BEFORE_S * CAPTURE_SAMPLE_RATE:
+            next_block()
+        guarded.set()
+        # Play only once the canceller has a block: it must see the echo from its first sample.
+        while len(delivered) <= len(noise):
+            next_block()
         player = Player(sample_rate, device=output_device, on_block=guard.render).open()
         try:
             player.play(probe)
             player.finish()
             deadline = None
             for block in mic.blocks():
-                cleaned.append(block.samples)
+                delivered.append(block.samples)
                 if deadline is None and player.done:
                     deadline = time.monotonic() + TAIL_S
                 if deadline is not None and time.monotonic() >= deadline:
@@ -164,8 +201,10 @@ def measure_echo(*, output: str, input: str, output_device: str | int | None = N
         raise DeviceError("nothing was played or captured")
     recording = Recording(
         streams, guard.taps.played.snapshot(), sample_rate, np.concatenate(raw),
-        np.concatenate(cleaned)[guard.capture_delay_frames :],
+        np.concatenate(delivered[len(noise) :])[guard.capture_delay_frames :],
         canceller.activity.first_loud_s, player.underflows, overflows,
+        # The first block is the stream starting up, not the room.
+        np.concatenate(noise[1:])[-round(NOISE_BEFORE_S * CAPTURE_SAMPLE_RATE) :],
     )  # fmt: skip
     return _measured(output, input, recording)
 
@@ -184,6 +223,8 @@ class Recording:
     first_loud_s: float | None
     underflows: int
     overflows: int
+    #: The room before the probe, at the capture rate (empty: not recorded).
+    noise: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
 
 
 def _measured(output: str, input: str, recording: Recording) -> EchoMeasurement:
@@ -217,13 +258,38 @@ def _measured(output: str, input: str, recording: Recording) -> EchoMeasurement:
     # What a turn with this profile gets: the canceller run again on the same two streams,
     # in the callbacks' order, told the delay just measured.
     warm = _reduction_db(*_replayed(recording, round(delay_ms)), first)
+    room = None
+    if path is not None and rate == CAPTURE_SAMPLE_RATE and shift >= 0:
+        from vocal.duplex.echo_forecast import measure_room
+
+        room = measure_room(reference, mic, slice(start, stop), shift, recording.noise)
+    replies = None if room is None else _forecast(room, round(delay_ms))
+    track = DelayTrack() if room is None else room.track
     return EchoMeasurement(
         output=output, input=input, delay_ms=delay_ms, echo_dbfs=echo_dbfs,
         probe_dbfs=round(dbfs(reference[start:stop][sounding]), 1), reduction_db=warm,
         linear_db=round(path.removed_db, 1) if path is not None else 0.0,
         verdict=verdict_for(echo_dbfs, warm), underflows=recording.underflows,
         overflows=recording.overflows, cold_reduction_db=cold,
+        reply_reduction_db=None if replies is None else replies.median_db,
+        reply_reductions_db=() if replies is None else tuple(replies.per_reply_db),
+        drift_ppm=track.drift_ppm,
+        delay_steps=tuple((round(at / rate, 2), round(size * 1000 / rate, 1))
+                          for at, size in track.steps),  # fmt: skip
     )  # fmt: skip
+
+
+def _forecast(room: MeasuredRoom, stream_delay_ms: int) -> Forecast | None:
+    """What the replies would get in `room` from a canceller told `stream_delay_ms`; None
+    without the voice to speak them."""
+    from vocal.duplex.echo_forecast import forecast, spoken_replies
+    from vocal.errors import VocalError
+
+    try:
+        replies, rate = spoken_replies()
+    except VocalError:
+        return None
+    return forecast(room, replies, rate, stream_delay_ms)
 
 
 def _reduction_db(captured: np.ndarray, cleaned: np.ndarray, first: int) -> float | None:

@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from vocal.config import Settings
     from vocal.duplex.echo_probe import EchoMeasurement
 
+#: A drift worth telling a person about: a USB or Bluetooth output on its own clock (two clocks
+#: on one card agree within a few ppm).
+NOTABLE_DRIFT_PPM = 20.0
+
 _FIXES = {
     HEADPHONES: "barge-in works but may stop the reply on its own echo now and then: use "
     "headphones, lower the speaker volume, or move the microphone away from the speaker",
@@ -48,7 +52,8 @@ def check_echo(settings: Settings, *, save: bool = True) -> Check:
 
 
 def describe(measured: EchoMeasurement) -> str:
-    """One line a person reads: the delay, the echo's level, what the canceller took out."""
+    """One line a person reads: the delay, the echo's level, what the canceller took out of
+    the probe and what it would take out of a spoken reply."""
     reduction = "not measured (no echo)"
     if measured.reduction_db is not None:
         # Cold: what every turn got before this profile; the first figure, what it gets now.
@@ -56,10 +61,18 @@ def describe(measured: EchoMeasurement) -> str:
         reduction = f"{measured.reduction_db:.0f} dB" + (
             "" if cold is None else f" with this profile ({cold:.0f} dB cold)"
         )
+        if measured.reply_reduction_db is not None:
+            reduction += f", about {measured.reply_reduction_db:.0f} dB of a spoken reply's"
     glitches = ""
     if measured.underflows or measured.overflows:
         glitches = (f"; {measured.underflows} output underflows, "
                     f"{measured.overflows} input overflows")  # fmt: skip
+    moves = []
+    if abs(measured.drift_ppm) >= NOTABLE_DRIFT_PPM:
+        moves.append(f"the output's clock drifts {measured.drift_ppm:+.0f} ppm")
+    moves += [f"the echo moved {ms:+.0f} ms {at_s:.1f} s in" for at_s, ms in measured.delay_steps]
+    if moves:
+        glitches += "; " + ", ".join(moves)
     verdict = measured.verdict
     if verdict == HALF_DUPLEX and measured.reduction_db is not None:
         verdict += f" (under {HALF_DUPLEX_DB:.0f} dB)"
