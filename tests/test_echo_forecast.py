@@ -19,8 +19,9 @@ from harness.runner import run_vocal
 from vocal.duplex.echo_forecast import (
     PASSES,
     REPLIES,
-    cleaned_offline,
+    feed,
     forecast,
+    fresh_canceller,
     measure_room,
     spoken_replies,
 )
@@ -116,7 +117,8 @@ def test_the_forecast_follows_the_room_not_the_probe() -> None:
             heard = np.concatenate([path.process(delayed[i : i + 160])
                                     for i in range(0, delayed.shape[0] - 159, 160)])  # fmt: skip
             captured = heard + (0 if noise is None else noise.next(heard.shape[0]))
-            cleaned = cleaned_offline(reply, rate, captured.astype(np.float32), round(delay / 16))
+            cleaned = feed(fresh_canceller(rate, round(delay / 16)), reply, rate,
+                           captured.astype(np.float32))  # fmt: skip
             first = int(np.argmax(np.abs(heard) > 0.01))
             n = min(captured.shape[0], cleaned.shape[0])
             truth.append(erle_db(captured[first:n], cleaned[first:n], skip_s=1.0,

@@ -26,11 +26,15 @@ import statistics
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vocal.duplex.echo_track import DelayTrack, follow_delay
-from vocal.duplex.erle import erle_db
+from vocal.duplex.erle import QUIET_DBFS, active_dbfs_over, erle_db, noise_floor_dbfs
+
+if TYPE_CHECKING:
+    from vocal.duplex.aec import EchoCanceller
 
 SAMPLE_RATE = 16_000
 #: The path kept: from a little before the direct sound to this long after it (a bare room's
@@ -42,10 +46,6 @@ PATH_TAIL_S = 0.5
 _REGULARIZATION = 1e-3
 #: The path ends where its envelope sinks under this many times the estimation noise's.
 _OVER_NOISE = 2.0
-#: ERLE counts 100 ms windows whose echo stands this far over the room's noise (and over
-#: -50 dBFS), as benchmarks/converse counts them.
-ECHO_OVER_NOISE_DB = 10.0
-QUIET_DBFS = -50.0
 #: The canceller's first second is skipped (its convergence), as the doctor and the benchmark do.
 SKIP_S = 1.0
 #: The audio callbacks' block sizes (frames): vocal.audio's defaults.
@@ -111,15 +111,9 @@ class MeasuredRoom:
         return np.resize(there_and_back, count).astype(np.float32)
 
     def active_dbfs(self) -> float:
-        """The level a 100 ms window's echo must reach to be counted: `ECHO_OVER_NOISE_DB`
-        over the noise's loud windows (90th percentile), and never under `QUIET_DBFS`."""
-        window = SAMPLE_RATE // 10
-        count = self.noise.shape[0] // window
-        if count == 0:
-            return QUIET_DBFS
-        frames = self.noise[: count * window].astype(np.float64).reshape(count, window)
-        power = float(np.percentile(np.mean(frames * frames, axis=1), 90))
-        return max(QUIET_DBFS, 10 * math.log10(max(power, 1e-20)) + ECHO_OVER_NOISE_DB)
+        """The level a 100 ms window's echo must reach to be counted over this room's noise,
+        as benchmarks/converse counts it (`vocal.duplex.erle.active_dbfs_over`)."""
+        return active_dbfs_over(noise_floor_dbfs(self.noise, sample_rate=SAMPLE_RATE))
 
 
 def measure_room(reference: np.ndarray, mic: np.ndarray, probe: slice, delay_samples: int,
@@ -193,7 +187,7 @@ def forecast(room: MeasuredRoom, replies: Sequence[np.ndarray], rate: int,
         echo = np.concatenate([np.zeros(offset, np.float32), echoes[i]])[: echoes[i].shape[0]]
         hum = room.noise_for(round(noise_from * room.noise.shape[0]) + echo.shape[0])
         captured = echo + hum[hum.shape[0] - echo.shape[0] :]
-        cleaned = cleaned_offline(far[i], rate, captured, stream_delay_ms)
+        cleaned = feed(fresh_canceller(rate, stream_delay_ms), far[i], rate, captured)
         return _scored(echo, captured, cleaned, active_dbfs)
 
     jobs = [(k, i) for k in range(len(PASSES)) for i in range(len(far))]
@@ -230,14 +224,19 @@ def spoken_replies(engine: str = "hibari") -> tuple[list[np.ndarray], int]:
     return [np.asarray(voice.synthesize(text), np.float32) for text in REPLIES], voice.sample_rate
 
 
-def cleaned_offline(far: np.ndarray, rate: int, captured: np.ndarray,
-                    stream_delay_ms: int | None) -> np.ndarray:  # fmt: skip
-    """`captured` cleaned by a fresh canceller fed `far` and `captured` in the callbacks'
-    blocks and order (a capture block is handed over once its last sample is in), aligned."""
+def fresh_canceller(rate: int, stream_delay_ms: int | None = None) -> EchoCanceller:
+    """AEC3 as a turn starts it (every turn is a new process), its far end at `rate`, told
+    `stream_delay_ms` as an echo profile would."""
     from vocal.duplex.aec import EchoCanceller, fresh_apm
 
-    canceller = EchoCanceller(render_sample_rate=rate, apm=fresh_apm(), raw_when_quiet_s=None,
-                              stream_delay_ms=stream_delay_ms)  # fmt: skip
+    return EchoCanceller(render_sample_rate=rate, apm=fresh_apm(), raw_when_quiet_s=None,
+                         stream_delay_ms=stream_delay_ms)  # fmt: skip
+
+
+def feed(canceller: EchoCanceller, far: np.ndarray, rate: int, captured: np.ndarray) -> np.ndarray:
+    """`captured` cleaned by `canceller` fed `far` (at `rate`) and `captured` in the audio
+    callbacks' blocks and order (a capture block is handed over once its last sample is in),
+    aligned with `captured`."""
     events = [(k * RENDER_BLOCK / rate, 0, k) for k in range(far.shape[0] // RENDER_BLOCK)]
     events += [((j + 1) * CAPTURE_BLOCK / SAMPLE_RATE, 1, j)
                for j in range(captured.shape[0] // CAPTURE_BLOCK)]  # fmt: skip
@@ -255,8 +254,9 @@ __all__ = [
     "REPLIES",
     "Forecast",
     "MeasuredRoom",
-    "cleaned_offline",
+    "feed",
     "forecast",
+    "fresh_canceller",
     "measure_room",
     "spoken_replies",
 ]

@@ -10,8 +10,34 @@ import numpy as np
 
 from vocal.duplex.aec_frames import CAPTURE_SAMPLE_RATE, ENERGY_FLOOR
 
+#: ERLE is counted where the echo stands this far over the room's own noise (dB): where it does
+#: not, a window holds mostly noise, and its ERLE says what the noise suppressor did.
+ECHO_OVER_NOISE_DB = 10.0
+#: ... and over this level (RMS, dBFS) in any room: a quieter window holds nothing to cancel.
+QUIET_DBFS = -50.0
+
 
 # -- measuring -----------------------------------------------------------------------------------
+def noise_floor_dbfs(noise: np.ndarray, *, sample_rate: int = CAPTURE_SAMPLE_RATE,
+                     percentile: float = 90.0) -> float:  # fmt: skip
+    """A room's noise with nothing playing (dBFS): the `percentile`th of its 100 ms windows'
+    power (babble has gaps; the loud windows are what echo must stand over); -120 for
+    silence or for less than a window."""
+    window = sample_rate // 10
+    count = noise.shape[0] // window
+    if count == 0:
+        return -120.0
+    frames = np.asarray(noise[: count * window], np.float64).reshape(count, window)
+    power = float(np.percentile(np.mean(frames * frames, axis=1), percentile))
+    return 10 * math.log10(max(power, 1e-12))
+
+
+def active_dbfs_over(floor_dbfs: float) -> float:
+    """The level a window's echo must reach to be counted in a room whose noise floor is
+    `floor_dbfs` (`noise_floor_dbfs`): `ECHO_OVER_NOISE_DB` over it, never under `QUIET_DBFS`."""
+    return max(QUIET_DBFS, floor_dbfs + ECHO_OVER_NOISE_DB)
+
+
 def _window_energy(x: np.ndarray, window: int) -> np.ndarray:
     n = x.shape[0] // window
     frames = np.asarray(x[: n * window], np.float64).reshape(n, window)

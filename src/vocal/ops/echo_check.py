@@ -63,23 +63,24 @@ def describe(measured: EchoMeasurement) -> str:
         )
         if measured.reply_reduction_db is not None:
             reduction += f", about {measured.reply_reduction_db:.0f} dB of a spoken reply's"
-    glitches = ""
+    # What went wrong in the streams, then how the echo's delay moved: each its own clause.
+    clauses = []
     if measured.underflows or measured.overflows:
-        glitches = (f"; {measured.underflows} output underflows, "
-                    f"{measured.overflows} input overflows")  # fmt: skip
+        clauses.append(f"{measured.underflows} output underflows, "
+                       f"{measured.overflows} input overflows")  # fmt: skip
     moves = []
     if abs(measured.drift_ppm) >= NOTABLE_DRIFT_PPM:
         moves.append(f"the output's clock drifts {measured.drift_ppm:+.0f} ppm")
     moves += [f"the echo moved {ms:+.0f} ms {at_s:.1f} s in" for at_s, ms in measured.delay_steps]
     if moves:
-        glitches += "; " + ", ".join(moves)
+        clauses.append(", ".join(moves))
     verdict = measured.verdict
     if verdict == HALF_DUPLEX and measured.reduction_db is not None:
         verdict += f" (under {HALF_DUPLEX_DB:.0f} dB)"
     return (
         f"{verdict}: echo delay {measured.delay_ms:.0f} ms, echo at the microphone "
         f"{measured.echo_dbfs:.0f} dBFS ({measured.echo_gain_db:+.0f} dB on the probe), "
-        f"cancelled {reduction}{glitches}"
+        f"cancelled {reduction}" + "".join(f"; {clause}" for clause in clauses)
     )
 
 
