@@ -6,12 +6,12 @@ wheel, make an empty venv, `pip install` the wheel into it. The console script t
 a file and `vocal doctor` finds its engines and the embedded model, with no help from the
 checkout or from .venv (PYTHONPATH dropped, cwd elsewhere).
 
-Dependencies come from the index, resolved afresh as a user's install resolves them (the same
-versions scripts/setup resolved for .venv, unless one was released since), with no wheelhouse
-or pinned cache: on the 2-core CI machine, with pip's cache empty, the whole module takes ~35 s
-(the wheel ~3 s, the venv ~6 s, downloading and installing the ~600 MB of dependencies ~23 s,
-the commands ~4 s). Binary wheels only: a dependency that would need a compiler on a user's
-machine should fail here, not there.
+Dependencies come from the index, resolved afresh as a user's install resolves them (not
+constraints.txt, the lock scripts/setup installs into .venv: a release that breaks vocal should
+fail here), with no wheelhouse or pinned cache: on the 2-core CI machine, with pip's cache
+empty, the whole module takes ~35 s (the wheel ~3 s, the venv ~6 s, downloading and
+installing the ~600 MB of dependencies ~23 s, the commands ~4 s). Binary wheels only: a
+dependency that would need a compiler on a user's machine should fail here, not there.
 """
 
 from __future__ import annotations
