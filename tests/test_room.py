@@ -73,8 +73,8 @@ def stream(process, x: np.ndarray, chunk: int = 160) -> np.ndarray:
 
 
 def test_the_conditions_are_named_once_and_reach_the_room_process() -> None:
-    assert set(ROOM_CONDITIONS) == {"linear", "nonlinear", "drift", "long-delay", "noisy",
-                                    "chatter", "reverberant"}  # fmt: skip
+    assert set(ROOM_CONDITIONS) == {"linear", "nonlinear", "drift", "drift-only", "long-delay",
+                                    "noisy", "chatter", "reverberant"}  # fmt: skip
     assert ROOM_CONDITIONS["linear"] == RoomConfig()
     for config in ROOM_CONDITIONS.values():  # every field survives the command line
         assert parse_args(["--speaker", "s", "--room", "r", *config.args()]) == ("s", "r", config)

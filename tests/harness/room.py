@@ -461,13 +461,15 @@ def play_turn(
     glitch_slack_s: float | None = None,
     raw_when_quiet_s: float | None = aec_module_default("RAW_WHEN_QUIET_S"),
     stream_delay_ms: int | None = None,
+    drift_ppm: float = 0.0,
 ) -> TurnRecording:
     """Play `reply` (mono at `sample_rate`) through the current PULSE_SINK with the
     microphone (PULSE_SOURCE: the room's output) open, both wired to a fresh APM as converse
     wires them. With `speech_probability`, a `BargeInDetector` watches the cleaned signal and
     stops the player. Returns when playback has ended (or been stopped) and `after_s` (or
     `listen_after_barge_in_s` after a barge-in) has passed. `stream_delay_ms`: the canceller's
-    delay hint, as an echo profile gives it (vocal.duplex.echo_profile)."""
+    delay hint, as an echo profile gives it (vocal.duplex.echo_profile), and `drift_ppm` its
+    output clock's drift."""
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
     from vocal.duplex import aec as aec_module
@@ -480,6 +482,7 @@ def play_turn(
         glitch_slack_s=glitch_slack_s or aec_module.CALLBACK_GLITCH_S,
         raw_when_quiet_s=raw_when_quiet_s,
         stream_delay_ms=stream_delay_ms,
+        drift_ppm=drift_ppm,
     )
     guard = EchoGuard(canceller)  # wired as converse wires it
     raw: list[np.ndarray] = []

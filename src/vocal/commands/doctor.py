@@ -51,9 +51,9 @@ def doctor(
     15 dB). Beside it, what the canceller would take out of spoken replies (five, spoken by
     hibari and run offline through the echo path and noise the probe measured) and how the
     echo's delay moved (an output clock's drift, an underrun's step). It is kept per speaker
-    and microphone in the state directory: `converse --aec auto` gives the delay to the
-    canceller and runs half-duplex where the verdict says so. --json adds the figures under
-    "data".
+    and microphone in the state directory: `converse --aec auto` gives the delay and the
+    drift to the canceller and runs half-duplex where the verdict says so. --json adds the
+    figures under "data".
 
     Exit codes: 0 when no check fails (warnings allowed), 1 when any check fails.
     """

@@ -28,9 +28,8 @@ piper's) would make APM drop half a sample per frame and drift off the echo (off
 from ~90 dB to ~25 dB), so their samples are repeated 2 or 4 times into 44.1 kHz frames. That
 sample-and-hold costs no latency and no allocation; its images above 11 kHz are removed by
 AEC3's own resampling to 16 kHz, and its droop (-0.5 dB at 8 kHz) is a fixed linear response
-the adaptive filter absorbs. A streaming resampler was the alternative, but soxr's delay
-(~330 samples at "MQ") would put the reference behind its echo on a low-latency output, which
-is the one thing AEC cannot recover from (docs/design.md).
+the adaptive filter absorbs (soxr's streaming delay, ~330 samples, would put the reference
+behind its echo on a low-latency output, which AEC cannot recover from: docs/design.md).
 
 Once the far end has been quiet for `RAW_WHEN_QUIET_S` (its echo has died away, e.g. after a
 barge-in stopped the reply), `capture` hands back the raw samples: AEC3's suppressor and noise
@@ -64,6 +63,7 @@ from vocal.duplex.aec_frames import (
     mean_square_db,
     repeat_factor,
 )
+from vocal.duplex.drift import compensator_for
 from vocal.errors import EngineError
 
 #: AEC3 works on 10 ms frames, exactly.
@@ -199,6 +199,7 @@ class EchoCanceller:
             `SHIFT_ABOVE_MS` is mostly taken off by delaying the reverse stream itself
             (`reference_shift_ms`), and AEC3 is told the rest (`set_stream_delay_ms`: the
             initial alignment of its render buffer).
+        drift_ppm: the profile's output clock drift (ppm), compensated (`vocal.duplex.drift`).
         glitch_slack_s: how much later than its block's duration a callback may come before it
             counts as a glitch (`glitches`). A stream with a deep buffer absorbs stalls up to
             that buffer's length: pass about its latency.
@@ -220,6 +221,7 @@ class EchoCanceller:
         capture_sample_rate: int = CAPTURE_SAMPLE_RATE,
         options: AecOptions = AecOptions(),
         stream_delay_ms: int | None = None,
+        drift_ppm: float = 0.0,
         glitch_slack_s: float = CALLBACK_GLITCH_S,
         raw_when_quiet_s: float | None = RAW_WHEN_QUIET_S,
         apm: Any = None,
@@ -254,6 +256,7 @@ class EchoCanceller:
         self._resampler: Any = None
         self._repeat = repeat_factor(render_sample_rate) or 1
         self._repeated = np.zeros(0, np.float32)
+        self._drift = compensator_for(drift_ppm, render_sample_rate)
         if repeat_factor(render_sample_rate) is None:
             import soxr
 
@@ -325,6 +328,8 @@ class EchoCanceller:
                 self._render_levels.append((now, energy / block.shape[0]))
                 if self.render_log is not None:
                     self.render_log.append((now, energy, block.shape[0]))
+            if self._drift is not None:
+                block = self._drift.process(block)
             if self._resampler is not None:
                 block = self._resampler.resample_chunk(block)
             elif self._repeat > 1:

@@ -289,10 +289,10 @@ class _Run:
         if self.parts.use_aec:
             from vocal.duplex.aec import EchoCanceller
 
-            delay_ms = self.profile.stream_delay_ms if self.profile is not None else None
-            guard = self.parts.guard = EchoGuard(EchoCanceller(
-                render_sample_rate=self.rate, stream_delay_ms=delay_ms,
-                log_levels=self.settings.barge_in_trace,
+            guard = self.parts.guard = EchoGuard(EchoCanceller(  # the profile's delay and drift
+                render_sample_rate=self.rate, log_levels=self.settings.barge_in_trace,
+                stream_delay_ms=self.profile.stream_delay_ms if self.profile else None,
+                drift_ppm=self.profile.drift_ppm if self.profile else 0.0,
             ))  # fmt: skip
             on_block = guard.capture
         mic = self.parts.mic = Microphone(

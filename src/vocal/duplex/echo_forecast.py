@@ -7,9 +7,9 @@ and in a loud one several dB over them (benchmarks/RESULTS.md, "What the doctor'
 says about a reply"). The probe does measure the room well: its echo path (`measure_room`,
 half a second of it, reverberation included) and, before it sounds, the room's own noise. So
 the forecast runs speech through that path, adds that noise, and cleans it with a fresh
-canceller told the measured delay, as a turn with this profile would: several replies, offline,
-in the callbacks' block sizes and order; its figure is their median ERLE from 1 s in, counted
-where the echo stands over the noise, as benchmarks/converse counts it.
+canceller told the measured delay and drift, as a turn with this profile would: several
+replies, offline, in the callbacks' block sizes and order; its figure is their median ERLE
+from 1 s in, counted where the echo stands over the noise, as benchmarks/converse counts it.
 
 A clock that drifts and an output that underruns move the echo's delay during the probe; the
 forecast plays the replies the same way (`vocal.duplex.echo_track`). What it cannot see is a
@@ -187,7 +187,8 @@ def forecast(room: MeasuredRoom, replies: Sequence[np.ndarray], rate: int,
         echo = np.concatenate([np.zeros(offset, np.float32), echoes[i]])[: echoes[i].shape[0]]
         hum = room.noise_for(round(noise_from * room.noise.shape[0]) + echo.shape[0])
         captured = echo + hum[hum.shape[0] - echo.shape[0] :]
-        cleaned = feed(fresh_canceller(rate, stream_delay_ms), far[i], rate, captured)
+        canceller = fresh_canceller(rate, stream_delay_ms, room.track.drift_ppm)
+        cleaned = feed(canceller, far[i], rate, captured)
         return _scored(echo, captured, cleaned, active_dbfs)
 
     jobs = [(k, i) for k in range(len(PASSES)) for i in range(len(far))]
@@ -224,13 +225,14 @@ def spoken_replies(engine: str = "hibari") -> tuple[list[np.ndarray], int]:
     return [np.asarray(voice.synthesize(text), np.float32) for text in REPLIES], voice.sample_rate
 
 
-def fresh_canceller(rate: int, stream_delay_ms: int | None = None) -> EchoCanceller:
+def fresh_canceller(rate: int, stream_delay_ms: int | None = None,
+                    drift_ppm: float = 0.0) -> EchoCanceller:  # fmt: skip
     """AEC3 as a turn starts it (every turn is a new process), its far end at `rate`, told
-    `stream_delay_ms` as an echo profile would."""
+    `stream_delay_ms` and `drift_ppm` as an echo profile would."""
     from vocal.duplex.aec import EchoCanceller, fresh_apm
 
     return EchoCanceller(render_sample_rate=rate, apm=fresh_apm(), raw_when_quiet_s=None,
-                         stream_delay_ms=stream_delay_ms)  # fmt: skip
+                         stream_delay_ms=stream_delay_ms, drift_ppm=drift_ppm)  # fmt: skip
 
 
 def feed(canceller: EchoCanceller, far: np.ndarray, rate: int, captured: np.ndarray) -> np.ndarray:

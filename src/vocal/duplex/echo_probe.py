@@ -97,6 +97,7 @@ class EchoMeasurement:
             output=self.output, input=self.input, delay_ms=self.delay_ms,
             echo_dbfs=self.echo_dbfs, echo_gain_db=round(self.echo_gain_db, 1),
             reduction_db=self.reduction_db, verdict=self.verdict, measured_at=time.time(),
+            drift_ppm=self.drift_ppm,
         )  # fmt: skip
 
     def to_dict(self) -> dict[str, object]:

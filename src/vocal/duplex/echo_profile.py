@@ -65,7 +65,8 @@ class EchoProfile:
     callback (I/O latency included), which is what AEC3's stream delay means here.
     `echo_dbfs`: the echo's level at the microphone during the probe (RMS). `echo_gain_db`:
     that level over the probe's own. `reduction_db`: what the canceller took out of the echo
-    after its first second (ERLE; None: not measured). `verdict`: one of `VERDICTS`. A turn
+    after its first second (ERLE; None: not measured). `verdict`: one of `VERDICTS`.
+    `drift_ppm`: the output's clock over the input's (`vocal.duplex.drift` compensates it). A turn
     that fitted the reply's echo well (`learn_delay`, `source` "turn") keeps only the delay:
     the other fields stay as `vocal doctor --echo` left them, or None (not judged)."""
 
@@ -78,6 +79,7 @@ class EchoProfile:
     verdict: str | None
     measured_at: float
     source: str = "doctor"
+    drift_ppm: float = 0.0
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -109,7 +111,8 @@ def parse_profile(data: object) -> EchoProfile:
                                               "echo_dbfs": (-200.0, 20.0),
                                               "echo_gain_db": (-200.0, 100.0),
                                               "reduction_db": (-100.0, 200.0),
-                                              "measured_at": (0.0, 1e11)})  # fmt: skip
+                                              "measured_at": (0.0, 1e11),
+                                              "drift_ppm": (-1000.0, 1000.0)})  # fmt: skip
     if profile.verdict is not None and profile.verdict not in VERDICTS:
         raise BadRecord(f"verdict: {profile.verdict[:40]!r} is not one of {', '.join(VERDICTS)}")
     if profile.source not in SOURCES:
