@@ -1,4 +1,4 @@
-"""Clock-drift compensation of AEC3's far end (issue 20, prototype).
+"""Clock-drift compensation of AEC3's far end (issue 20).
 
 An output on its own clock (USB, Bluetooth) plays `drift_ppm` millionths faster than the
 microphone records, so the echo's delay creeps through a stream (0.5 ms over a 5 s reply at
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-#: Half the interpolator's taps (Blackman-windowed sinc, as vocal.duplex.echo_track's).
+#: Half the taps of the windowed-sinc interpolator (this one, and vocal.duplex.echo_track's
+#: that plays a sound at the probe's fractional delays).
 HALF_TAPS = 12
 #: How far the reference is held back, beyond the interpolator's reach (ms).
 HOLD_MS = 3.0
@@ -34,10 +35,15 @@ PHASES = 512
 _TAPS = np.arange(-HALF_TAPS + 1, HALF_TAPS + 1, dtype=np.float64)
 
 
-def _kernels() -> np.ndarray:
-    t = _TAPS[None, :] - (np.arange(PHASES + 1) / PHASES)[:, None]
+def windowed_sinc(t: np.ndarray) -> np.ndarray:
+    """The interpolator's weight at `t` samples from the point read (|t| < HALF_TAPS): a sinc
+    under a Blackman window."""
     taper = 0.42 + 0.5 * np.cos(np.pi * t / HALF_TAPS) + 0.08 * np.cos(2 * np.pi * t / HALF_TAPS)
     return np.sinc(t) * taper
+
+
+def _kernels() -> np.ndarray:
+    return windowed_sinc(_TAPS[None, :] - (np.arange(PHASES + 1) / PHASES)[:, None])
 
 
 class DriftCompensator:
@@ -51,7 +57,6 @@ class DriftCompensator:
         self._kernels = _kernels()
         self._buffer = np.zeros(0, np.float64)
         self._base = 0  # absolute index of _buffer[0]
-        self._written = 0
         self._out = 0
 
     def process(self, block: np.ndarray) -> np.ndarray:
@@ -60,19 +65,19 @@ class DriftCompensator:
         if count == 0:
             return block
         self._buffer = np.concatenate([self._buffer, block.astype(np.float64)])
-        self._written += count
+        written = self._base + self._buffer.shape[0]
         n = np.arange(self._out, self._out + count, dtype=np.float64)
         self._out += count
         # Never read past what has been written (the drift outran the hold).
-        position = np.minimum(n * self.ratio - self.hold, self._written - HALF_TAPS - 1.0)
+        position = np.minimum(n * self.ratio - self.hold, written - HALF_TAPS - 1.0)
         base = np.floor(position).astype(np.int64)
         row = (position - base) * PHASES
         low = row.astype(np.int64)
         blend = (row - low)[:, None]
         weights = self._kernels[low] * (1 - blend) + self._kernels[low + 1] * blend
-        index = base[:, None] + _TAPS.astype(np.int64)[None, :]
-        local = index - self._base
-        inside = (index >= 0) & (local >= 0) & (local < self._buffer.shape[0])
+        local = base[:, None] + _TAPS.astype(np.int64)[None, :] - self._base
+        # Before the stream's first sample (or, never past the clamp above, after its last).
+        inside = (local >= 0) & (local < self._buffer.shape[0])
         picked = self._buffer[np.clip(local, 0, self._buffer.shape[0] - 1)]
         out = np.einsum("ij,ij->i", np.where(inside, picked, 0.0), weights)
         # Keep only what the next block's reads can reach.
@@ -83,4 +88,4 @@ class DriftCompensator:
         return out.astype(np.float32)
 
 
-__all__ = ["DRIFT_PPM", "DriftCompensator", "compensator_for"]
+__all__ = ["DRIFT_PPM", "HALF_TAPS", "DriftCompensator", "compensator_for", "windowed_sinc"]

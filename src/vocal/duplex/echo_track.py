@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vocal.duplex.drift import HALF_TAPS, windowed_sinc
+
 SAMPLE_RATE = 16_000
 #: The delay is read in windows this long, this far apart.
 WINDOW_S, STEP_S = 0.5, 0.25
@@ -23,8 +25,6 @@ REACH_S = 0.05
 #: A move this large (samples) between two windows is a step: drift moves it 0.4 samples at
 #: 100 ppm.
 STEP_MIN_SAMPLES = 8.0
-#: Half the taps of the windowed-sinc interpolator that plays a sound at fractional delays.
-HALF_TAPS = 12
 
 
 @dataclass(frozen=True)
@@ -60,14 +60,9 @@ class DelayTrack:
         out = np.zeros(count, np.float64)
         for k in range(-HALF_TAPS + 1, HALF_TAPS + 1):
             t = k - fraction
-            taper = (
-                0.42
-                + 0.5 * np.cos(np.pi * t / HALF_TAPS)
-                + 0.08 * np.cos(2 * np.pi * t / HALF_TAPS)
-            )
             index = base + k
             inside = (index >= 0) & (index < count)
-            out += np.where(inside, played[np.clip(index, 0, count - 1)], 0.0) * np.sinc(t) * taper
+            out += np.where(inside, played[np.clip(index, 0, count - 1)], 0.0) * windowed_sinc(t)
         for at, size in self.steps:
             if size > 0:
                 out[at : at + size] = 0.0
