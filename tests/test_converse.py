@@ -306,9 +306,13 @@ def test_control_pause_holds_the_reply_silent_and_resume_finishes_it(room) -> No
     # Nobody answered: the reply ran to its end.
     assert proc.returncode == 4, (err.decode(), result["text"], result["interrupted_at_s"],
                                   result["counters"], result["clock"])  # fmt: skip
-    # Silent while paused (a block's slack at each edge), loud again after the resume, and no
-    # word was lost: the pause is not a stop, and the microphone heard no barge-in meanwhile.
-    assert not recorder.loud_between(paused_at_s + 0.15, resumed_at_s - 0.05)
+    # Silent while paused, loud again after the resume, and no word was lost: the pause is not a
+    # stop, and the microphone heard no barge-in meanwhile. The silence is measured in samples
+    # around the pause rather than between two clock readings, whose edges a loaded machine
+    # blurs (output latency, the monitor's blocks arriving in bursts): CI once found sound within
+    # [pause + 0.15 s, resume - 0.05 s]. Unpaused, the reply's longest gap is ~0.5 s.
+    quiet_s = recorder.longest_quiet_s(paused_at_s - 0.3, resumed_at_s + 0.3)
+    assert quiet_s >= 1.7, (quiet_s, resumed_at_s - paused_at_s, recorder._mic.overflows)
     assert recorder.loud_between(resumed_at_s, resumed_at_s + 3.0)
     assert result["interrupted"] is False and result["skipped"] is False, (
         result["counters"], result["clock"], result["interrupted_at_s"])  # fmt: skip

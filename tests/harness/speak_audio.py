@@ -205,6 +205,21 @@ class Recorder:
             for k in range(len(self.blocks))
         ]
 
+    def longest_quiet_s(self, start_s: float, end_s: float, threshold: float = 0.02) -> float:
+        """The longest run of captured samples in [start_s, end_s] none of which is above
+        `threshold`, in seconds of samples: a length counted in samples does not depend on how
+        well each block is placed in time (`block_times`), only which blocks are looked at."""
+        inside = [
+            samples
+            for (samples, _t), block_end_s in zip(self.blocks, self.block_times(), strict=True)
+            if start_s <= block_end_s and block_end_s - samples.shape[0] / self.sample_rate <= end_s
+        ]
+        if not inside:
+            return 0.0
+        loud = np.flatnonzero(np.abs(np.concatenate(inside)) > threshold)
+        edges = np.concatenate([[-1], loud, [sum(b.shape[0] for b in inside)]])
+        return float(np.max(np.diff(edges) - 1)) / self.sample_rate
+
     def last_loud_at_s(self, threshold: float = 0.02) -> float | None:
         """time.monotonic() of the last sample above `threshold` (see `block_times`)."""
         for (samples, _t), block_end_s in zip(
