@@ -216,8 +216,9 @@ class Recorder:
         ]
         if not inside:
             return 0.0
-        loud = np.flatnonzero(np.abs(np.concatenate(inside)) > threshold)
-        edges = np.concatenate([[-1], loud, [sum(b.shape[0] for b in inside)]])
+        samples = np.concatenate(inside)
+        loud = np.flatnonzero(np.abs(samples) > threshold)
+        edges = np.concatenate([[-1], loud, [samples.shape[0]]])
         return float(np.max(np.diff(edges) - 1)) / self.sample_rate
 
     def last_loud_at_s(self, threshold: float = 0.02) -> float | None:

@@ -33,6 +33,7 @@ def compensator_for(drift_ppm: float, sample_rate: int) -> DriftCompensator | No
 #: linearly between rows): one table lookup per block instead of a sinc per tap and sample.
 PHASES = 512
 _TAPS = np.arange(-HALF_TAPS + 1, HALF_TAPS + 1, dtype=np.float64)
+_TAP_OFFSETS = _TAPS.astype(np.int64)[None, :]
 
 
 def windowed_sinc(t: np.ndarray) -> np.ndarray:
@@ -75,7 +76,7 @@ class DriftCompensator:
         low = row.astype(np.int64)
         blend = (row - low)[:, None]
         weights = self._kernels[low] * (1 - blend) + self._kernels[low + 1] * blend
-        local = base[:, None] + _TAPS.astype(np.int64)[None, :] - self._base
+        local = base[:, None] + _TAP_OFFSETS - self._base
         # Before the stream's first sample (or, never past the clamp above, after its last).
         inside = (local >= 0) & (local < self._buffer.shape[0])
         picked = self._buffer[np.clip(local, 0, self._buffer.shape[0] - 1)]
