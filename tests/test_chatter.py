@@ -27,7 +27,7 @@ def chatter_room(pulse):
 
 
 def test_a_turn_in_a_room_of_talkers_ends_when_the_person_stops(chatter_room, tmp_path) -> None:
-    from harness.corpus import load_clips, normalize
+    from harness.corpus import load_clips, word_error_rate
 
     reply_wav = tmp_path / "reply.wav"
     made = run_vocal("speak", "-o", str(reply_wav), REPLY)
@@ -51,6 +51,8 @@ def test_a_turn_in_a_room_of_talkers_ends_when_the_person_stops(chatter_room, tm
     code, result, err = converse(REPLY, "--max-seconds", MAX_S, timeout_s=60)
     assert code == 0, (err, result.get("text"), result.get("end_reason"), result.get("counters"))
     assert result["end_reason"] in ("silence", "turn_complete", "max_pause"), result["end_reason"]
-    words = normalize(result["text"])
-    assert {"superlative", "degree"} <= set(words), result["text"]
+    # The whole sentence heard, the babble kept out of it: a word or two may go under the
+    # babble ("supportive degree" for "superlative degree" once in CI, WER 0.1); a clipped
+    # start, a lost end or the talkers' words in the transcript go over.
+    assert word_error_rate(clip.text, result["text"]) <= 0.3, (clip.text, result["text"])
     assert result["timings"]["total_s"] < float(MAX_S), result["timings"]
