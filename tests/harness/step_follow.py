@@ -13,8 +13,7 @@ and none where a person talks over a still echo, but by the time the echo shows 
 AEC3 has seen it too and moved: following it then gains nothing (`--study steps`). Only an
 output that reports its underrun before the echo comes back would let a canceller keep up.
 
-`FollowingCanceller` is `vocal.duplex.aec.EchoCanceller` with a `StepFollower` in front of
-its two callbacks.
+`FollowingCanceller` puts a `StepFollower` in front of an `EchoCanceller`'s two callbacks.
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ import collections
 import numpy as np
 
 from vocal.duplex.aec import EchoCanceller
+from vocal.duplex.echo_track import peak_between
 
 #: The microphone's rate (vocal.duplex.aec_frames.CAPTURE_SAMPLE_RATE); lags are in its samples.
 SAMPLE_RATE = 16_000
@@ -160,7 +160,7 @@ class StepFollower:
         first, last = stop - window - hi, stop - lo  # near-clock positions of the far end
         begin = int(np.floor(first * ratio)) - 1
         played = self._far.span(begin, int(np.ceil(last * ratio)) + 2)
-        if played is None or first < 0:
+        if played is None:  # not kept, or before the stream's first sample
             return None
         # The far end on the microphone's grid (linear interpolation: the peak, not the sound).
         far = np.interp(np.arange(first, last) * ratio - begin, np.arange(played.shape[0]),
@@ -179,23 +179,23 @@ class StepFollower:
         others = np.concatenate([corr[: max(0, k - _APART)], corr[k + _APART + 1 :]])
         if others.size and corr[k] < PROMINENCE * float(others.max()):
             return None
-        between = 0.0
-        if 0 < k < corr.shape[0] - 1:
-            curve = float(corr[k - 1] - 2 * corr[k] + corr[k + 1])
-            between = 0.5 * float(corr[k - 1] - corr[k + 1]) / curve if curve else 0.0
-        return lo + k + between
+        return lo + k + peak_between(corr, k)
 
 
-class FollowingCanceller(EchoCanceller):
-    """An `EchoCanceller` (16 kHz capture) whose far end a `StepFollower` keeps in step."""
+class FollowingCanceller:
+    """`canceller` (an `EchoCanceller` with a 16 kHz capture) with a `StepFollower` in front of
+    its two callbacks; anything else is the canceller's."""
 
-    def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.follower = StepFollower(self.render_sample_rate)
+    def __init__(self, canceller: EchoCanceller) -> None:
+        self.canceller = canceller
+        self.follower = StepFollower(canceller.render_sample_rate)
 
     def render(self, block: np.ndarray) -> None:
-        super().render(self.follower.far(block))
+        self.canceller.render(self.follower.far(block))
 
     def capture(self, block: np.ndarray) -> np.ndarray:
         self.follower.near(block)
-        return super().capture(block)
+        return self.canceller.capture(block)
+
+    def __getattr__(self, name: str):
+        return getattr(self.canceller, name)

@@ -87,13 +87,8 @@ def follow_delay(reference: np.ndarray, mic: np.ndarray, probe: slice,
         corr = np.fft.irfft(np.fft.rfft(y, size) * np.conj(np.fft.rfft(x, size)), size)
         corr = np.abs(corr[: 2 * reach + 1])
         k = int(np.argmax(corr))
-        between = 0.0
-        if 0 < k < corr.shape[0] - 1:
-            # The peak between samples: the parabola through it and its neighbours.
-            curve = float(corr[k - 1] - 2 * corr[k] + corr[k + 1])
-            between = 0.5 * float(corr[k - 1] - corr[k + 1]) / curve if curve else 0.0
         centres.append(at + window // 2 - start)
-        delays.append(delay_samples - reach + k + between)
+        delays.append(delay_samples - reach + k + peak_between(corr, k))
     if len(delays) < 3:
         return DelayTrack()
     d = np.asarray(delays)
@@ -106,6 +101,15 @@ def follow_delay(reference: np.ndarray, mic: np.ndarray, probe: slice,
             steps.append(((centres[i - 1] + centres[i]) // 2, round(move)))
     return DelayTrack(drift_ppm=round(-_slope(np.asarray(centres), d, steps, window) * 1e6, 1),
                       steps=tuple(steps))  # fmt: skip
+
+
+def peak_between(corr: np.ndarray, k: int) -> float:
+    """Where the peak of `corr` at index `k` lies between samples (-0.5 to 0.5): the parabola
+    through it and its neighbours; 0 at either end."""
+    if not 0 < k < corr.shape[0] - 1:
+        return 0.0
+    curve = float(corr[k - 1] - 2 * corr[k] + corr[k + 1])
+    return 0.5 * float(corr[k - 1] - corr[k + 1]) / curve if curve else 0.0
 
 
 def _slope(centres: np.ndarray, delays: np.ndarray, steps: list[tuple[int, int]],
@@ -128,4 +132,4 @@ def _slope(centres: np.ndarray, delays: np.ndarray, steps: list[tuple[int, int]]
     return num / den if den else 0.0
 
 
-__all__ = ["DelayTrack", "follow_delay"]
+__all__ = ["DelayTrack", "follow_delay", "peak_between"]
