@@ -256,7 +256,7 @@ class EchoCanceller:
         self._resampler: Any = None
         self._repeat = repeat_factor(render_sample_rate) or 1
         self._repeated = np.zeros(0, np.float32)
-        self._drift = compensator_for(drift_ppm, render_sample_rate)
+        self.drift = compensator_for(drift_ppm, render_sample_rate)  # None: no drift to follow
         if repeat_factor(render_sample_rate) is None:
             import soxr
 
@@ -328,8 +328,8 @@ class EchoCanceller:
                 self._render_levels.append((now, energy / block.shape[0]))
                 if self.render_log is not None:
                     self.render_log.append((now, energy, block.shape[0]))
-            if self._drift is not None:
-                block = self._drift.process(block)
+            if self.drift is not None:
+                block = self.drift.process(block)
             if self._resampler is not None:
                 block = self._resampler.resample_chunk(block)
             elif self._repeat > 1:

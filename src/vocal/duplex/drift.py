@@ -9,6 +9,8 @@ output played it on the microphone's clock: sample n of the reference is the far
 n(1 + drift) - `hold`, read with a windowed-sinc interpolator. The read runs ahead by
 drift x samples, so it is held back `hold` samples (`HOLD_MS`): over a reply of up to
 `HOLD_MS / drift` (30 s at 100 ppm) it tracks; past that it stops where the samples end.
+`warped` does the same to a whole recording at once, for the fit of an interruption's
+echo-free onset (vocal.duplex.onset).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class DriftCompensator:
     far end `hold` samples late (HALF_TAPS + `hold_ms`)."""
 
     def __init__(self, drift_ppm: float, sample_rate: int, hold_ms: float = HOLD_MS) -> None:
+        self.drift_ppm = drift_ppm
         self.ratio = 1.0 + drift_ppm * 1e-6
         self.hold = HALF_TAPS + round(hold_ms * sample_rate / 1000)
         self._kernels = _kernels()
@@ -71,22 +74,45 @@ class DriftCompensator:
         self._out += count
         # Never read past what has been written (the drift outran the hold).
         position = np.minimum(n * self.ratio - self.hold, written - HALF_TAPS - 1.0)
-        base = np.floor(position).astype(np.int64)
-        row = (position - base) * PHASES
-        low = row.astype(np.int64)
-        blend = (row - low)[:, None]
-        weights = self._kernels[low] * (1 - blend) + self._kernels[low + 1] * blend
-        local = base[:, None] + _TAP_OFFSETS - self._base
-        # Before the stream's first sample (or, never past the clamp above, after its last).
-        inside = (local >= 0) & (local < self._buffer.shape[0])
-        picked = self._buffer[np.clip(local, 0, self._buffer.shape[0] - 1)]
-        out = np.einsum("ij,ij->i", np.where(inside, picked, 0.0), weights)
+        out = _read(self._buffer, position - self._base, self._kernels)
         # Keep only what the next block's reads can reach.
-        drop = int(base[-1]) - HALF_TAPS - self._base
+        drop = int(np.floor(position[-1])) - HALF_TAPS - self._base
         if drop > 0:
             self._buffer = self._buffer[drop:]
             self._base += drop
         return out.astype(np.float32)
 
 
-__all__ = ["DRIFT_PPM", "HALF_TAPS", "DriftCompensator", "compensator_for", "windowed_sinc"]
+def warped(signal: np.ndarray, drift_ppm: float, anchor: int) -> np.ndarray:
+    """`signal` as an output `drift_ppm` faster than the input played it, on the input's grid:
+    sample n is `signal` at anchor + (n - anchor)(1 + drift_ppm·1e-6), so the two agree at
+    `anchor` and part by `drift_ppm` millionths of a sample per sample either side of it (zeros
+    where the read falls outside `signal`). A fit of a drifting echo path on this holds across
+    seconds where one on `signal` holds for a fraction of one (vocal.duplex.onset)."""
+    n = np.arange(signal.shape[0], dtype=np.float64)
+    position = anchor + (n - anchor) * (1.0 + drift_ppm * 1e-6)
+    return _read(signal.astype(np.float64), position, _kernels()).astype(np.float32)
+
+
+def _read(buffer: np.ndarray, position: np.ndarray, kernels: np.ndarray) -> np.ndarray:
+    """`buffer` read at fractional `position`s (samples) with the windowed-sinc interpolator;
+    taps outside `buffer` read zero."""
+    base = np.floor(position).astype(np.int64)
+    row = (position - base) * PHASES
+    low = row.astype(np.int64)
+    blend = (row - low)[:, None]
+    weights = kernels[low] * (1 - blend) + kernels[low + 1] * blend
+    local = base[:, None] + _TAP_OFFSETS
+    inside = (local >= 0) & (local < buffer.shape[0])
+    picked = buffer[np.clip(local, 0, buffer.shape[0] - 1)]
+    return np.einsum("ij,ij->i", np.where(inside, picked, 0.0), weights)
+
+
+__all__ = [
+    "DRIFT_PPM",
+    "HALF_TAPS",
+    "DriftCompensator",
+    "compensator_for",
+    "warped",
+    "windowed_sinc",
+]

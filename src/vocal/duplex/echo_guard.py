@@ -55,7 +55,9 @@ class EchoGuard:
         if canceller is not None:
             from vocal.duplex.onset import OnsetTaps
 
-            self.taps = OnsetTaps(canceller.render_sample_rate, canceller.capture_sample_rate)
+            drift_ppm = canceller.drift.drift_ppm if canceller.drift is not None else 0.0
+            self.taps = OnsetTaps(canceller.render_sample_rate, canceller.capture_sample_rate,
+                                  drift_ppm)  # fmt: skip
 
     # the audio callbacks
     def capture(self, block: np.ndarray) -> np.ndarray:

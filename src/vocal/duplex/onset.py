@@ -58,6 +58,16 @@ FIT_CANDIDATES = (*((before, FIT_S) for before in FIT_ENDS_BEFORE_ONSET_S), (0.1
                   (0.6, 1.0))  # fmt: skip
 #: A fit needs at least this much reply.
 FIT_MIN_S = 1.0
+#: The echo's delay over this much reply, ending `FIT_ENDS_BEFORE_ONSET_S[0]` before the
+#: onset, must be a candidate's within `MOVED_MS`, else that candidate fitted a path that has
+#: moved since (an output that ran dry for a moment and carries on later; the harness's
+#: drifting room does so 2 s into each reply): its "echo-free" capture kept the reply's words
+#: from there on ("Few tests passed. Go forward 10 meters.", +6 dB over a 42 dB fit).
+RECENT_S = 0.5
+MOVED_MS = 2.0
+#: How far the echo's peak must stand over any other for `echo_lag_now` to trust it (over
+#: 0.5 s, 6 dB of a person over the echo: 2.2-12 where the path was found, 1.1-1.4 where not).
+DISTINCT = 1.5
 #: Below this much echo removed by the best fit, the canceller's output is used instead.
 MIN_ECHO_REMOVED_DB = 20.0
 #: A candidate this good ends the search (live on the room harness: 24-56 dB when it held).
@@ -166,16 +176,10 @@ def fit_echo_path(reference: np.ndarray, raw: np.ndarray, fit: slice,
     no reference or no sound."""
     start, stop = fit.start or 0, fit.stop if fit.stop is not None else raw.shape[0]
     y = raw[start:stop].astype(np.float64)
-    low, high = lags
-    # reference[start - high : stop - low] covers every lag in range.
-    span = _window(reference, start - high, stop - low).astype(np.float64)
-    if not span.any() or not y.any():
+    corr = _correlation(reference, raw, fit, lags)
+    if corr is None:
         return None
-    size = 1 << math.ceil(math.log2(span.shape[0] + y.shape[0]))
-    corr = np.fft.irfft(np.fft.rfft(span, size) * np.conj(np.fft.rfft(y, size)), size)
-    # corr[k] = sum y[n] span[n + k] = sum y[n] reference[start + n + k - high]: lag high - k.
-    k = int(np.argmax(np.abs(corr[: high - low + 1])))
-    first = high - k - LEAD_TAPS
+    first = lags[1] - int(np.argmax(corr)) - LEAD_TAPS
     x = _window(reference, start - first - TAPS + 1, stop - first).astype(np.float64)
     size = 1 << math.ceil(math.log2(2 * x.shape[0]))
     spectrum = np.fft.rfft(x, size)
@@ -187,6 +191,47 @@ def fit_echo_path(reference: np.ndarray, raw: np.ndarray, fit: slice,
     h = np.linalg.solve(gram, cross[TAPS - 1 :: -1][:TAPS])
     estimate = np.convolve(x, h, mode="valid")[: y.shape[0]]
     return EchoPath(lag=first, h=h.astype(np.float32), removed_db=_removed_db(y, y - estimate))
+
+
+def _correlation(reference: np.ndarray, raw: np.ndarray, stretch: slice,
+                 lags: tuple[int, int], phat: bool = False) -> np.ndarray | None:  # fmt: skip
+    """|cross-correlation| of `reference` with `raw[stretch]`, index k at lag lags[1] - k (k up
+    to lags[1] - lags[0]); with `phat`, of their spectra's phases alone (GCC-PHAT). None when
+    the stretch holds no sound or the reference nothing over -60 dBFS (a pause in the reply
+    says nothing of the path)."""
+    start, stop = stretch.start or 0, stretch.stop if stretch.stop is not None else raw.shape[0]
+    y = raw[start:stop].astype(np.float64)
+    low, high = lags
+    # reference[start - high : stop - low] covers every lag in range.
+    span = _window(reference, start - high, stop - low).astype(np.float64)
+    if not y.any() or float(np.mean(span**2)) < 1e-6:
+        return None
+    size = 1 << math.ceil(math.log2(span.shape[0] + y.shape[0]))
+    cross = np.fft.rfft(span, size) * np.conj(np.fft.rfft(y, size))
+    if phat:
+        cross /= np.maximum(np.abs(cross), 1e-12 * float(np.max(np.abs(cross))))
+    # corr[k] = sum y[n] span[n + k] = sum y[n] reference[start + n + k - high]: lag high - k.
+    return np.abs(np.fft.irfft(cross, size)[: high - low + 1])
+
+
+def echo_lag_now(reference: np.ndarray, raw: np.ndarray, stretch: slice, lags: tuple[int, int],
+                 rate: int = SAMPLE_RATE) -> int | None:  # fmt: skip
+    """The echo's delay (samples, within `lags`) over a short stretch that may hold the person
+    too: the peak of GCC-PHAT, which whitens both, so that a person talking over the echo does
+    not pull the peak to wherever their voice and the reply's happen to match (the plain
+    correlation did, over 0.5 s with a person 6 dB over the echo, in 4 of 18 stretches of a
+    still path). None when the peak is not `DISTINCT` times any other more than `MOVED_MS`
+    away (the stretch is mostly the person, or a pause in the reply), or `_correlation` says
+    nothing."""
+    corr = _correlation(reference, raw, stretch, lags, phat=True)
+    if corr is None:
+        return None
+    k = int(np.argmax(corr))
+    away = round(MOVED_MS * rate / 1000)
+    others = np.concatenate([corr[: max(0, k - away)], corr[k + away + 1 :]])
+    if others.size and corr[k] < DISTINCT * float(np.max(others)):
+        return None
+    return lags[1] - k
 
 
 def _removed_db(raw: np.ndarray, residual: np.ndarray) -> float:
@@ -214,8 +259,12 @@ def echo_estimate(reference: np.ndarray, path: EchoPath, start: int, stop: int) 
 def best_echo_path(reference: np.ndarray, raw: np.ndarray, onset: int, *, earliest: int = 0,
                    rate: int = SAMPLE_RATE) -> EchoPath | None:  # fmt: skip
     """The best of the candidate fits (`FIT_S` of reply ending `FIT_ENDS_BEFORE_ONSET_S`
-    before raw sample `onset`, none before `earliest`), or None if none could be made."""
+    before raw sample `onset`, none before `earliest`) whose delay is the echo's just before
+    the onset (`RECENT_S`, `MOVED_MS`), or None if none could be made."""
     lags = (round(LAG_RANGE_S[0] * rate), round(LAG_RANGE_S[1] * rate))
+    recent_end = onset - round(FIT_ENDS_BEFORE_ONSET_S[0] * rate)
+    recent = echo_lag_now(reference, raw, slice(max(earliest, recent_end - round(RECENT_S * rate)),
+                                                 recent_end), lags, rate)  # fmt: skip
     best = None
     for before_s, fit_s in FIT_CANDIDATES:
         end = onset - round(before_s * rate)
@@ -223,7 +272,11 @@ def best_echo_path(reference: np.ndarray, raw: np.ndarray, onset: int, *, earlie
         if end - begin < FIT_MIN_S * rate:
             continue
         path = fit_echo_path(reference, raw, slice(begin, end), lags)
-        if path is not None and (best is None or path.removed_db > best.removed_db):
+        if path is None or (
+            recent is not None and abs(path.lag + LEAD_TAPS - recent) > MOVED_MS * rate / 1000
+        ):
+            continue
+        if best is None or path.removed_db > best.removed_db:
             best = path
         if best is not None and best.removed_db >= GOOD_ENOUGH_DB:
             break  # each fit is ~0.1 s of CPU while the person talks
@@ -233,11 +286,18 @@ def best_echo_path(reference: np.ndarray, raw: np.ndarray, onset: int, *, earlie
 class OnsetTaps:
     """The raw capture and the played blocks of a turn, kept for `EchoFreeOnset`.
 
-    `capture` and `render` run in the audio callbacks (a copy and an append each)."""
+    `capture` and `render` run in the audio callbacks (a copy and an append each). With the
+    output's clock drift known (`drift_ppm`, an echo profile's), the played blocks are put on
+    the capture's grid as that clock played them (`vocal.duplex.drift.warped`): at 100 ppm the
+    echo moves 0.1 ms a second, and a fit on the blocks as handed over removed 1-8 dB of the echo
+    half a second on where one on the drifting clock removed 28-47 dB (the harness's drifting
+    room, offline, hibari's reply; benchmarks/RESULTS.md)."""
 
-    def __init__(self, render_sample_rate: int, capture_sample_rate: int = SAMPLE_RATE) -> None:
+    def __init__(self, render_sample_rate: int, capture_sample_rate: int = SAMPLE_RATE,
+                 drift_ppm: float = 0.0) -> None:  # fmt: skip
         self.raw = _Tap(capture_sample_rate)
         self.played = _Tap(render_sample_rate)
+        self.drift_ppm = drift_ppm
 
     def capture(self, block: np.ndarray) -> None:
         self.raw.add(block, time.monotonic())
@@ -248,6 +308,7 @@ class OnsetTaps:
     def aligned(self) -> AlignedStreams | None:
         """The raw capture kept and the blocks as played on its grid; None before both ran."""
         from vocal.audio.wav import resample
+        from vocal.duplex.drift import DRIFT_PPM, warped
 
         raw_blocks, played_blocks = self.raw.snapshot(), self.played.snapshot()
         if not raw_blocks or not played_blocks:
@@ -261,6 +322,10 @@ class OnsetTaps:
         count = math.ceil(raw.shape[0] * played_rate / rate) + played_rate
         played = _joined(played_blocks, frame, frame + count)
         reference = played if played_rate == rate else resample(played, played_rate, rate)
+        if abs(self.drift_ppm) >= DRIFT_PPM:
+            # Anchored at the newest capture: the path's delay there (the one a turn learns
+            # from a fit) is the delay as the callbacks saw it, whatever the drift.
+            reference = warped(reference, self.drift_ppm, raw.shape[0])
         return AlignedStreams(raw, reference, base, raw_blocks, rate)
 
     def rebuild(self, onset_s: float, reply_started_s: float | None,
@@ -380,6 +445,7 @@ __all__ = [
     "MIN_ECHO_REMOVED_DB",
     "OnsetTaps",
     "best_echo_path",
+    "echo_lag_now",
     "echo_estimate",
     "fit_echo_path",
 ]
