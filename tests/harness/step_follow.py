@@ -23,7 +23,7 @@ import collections
 import numpy as np
 
 from vocal.duplex.aec import EchoCanceller
-from vocal.duplex.echo_track import peak_between
+from vocal.duplex.echo_track import peak_between, peak_stands_out
 
 #: The microphone's rate (vocal.duplex.aec_frames.CAPTURE_SAMPLE_RATE); lags are in its samples.
 SAMPLE_RATE = 16_000
@@ -176,8 +176,7 @@ class StepFollower:
         energy = float(np.dot(segment, segment) * np.dot(y, y))
         if energy <= 0 or corr[k] / np.sqrt(energy) < MIN_CORRELATION:
             return None
-        others = np.concatenate([corr[: max(0, k - _APART)], corr[k + _APART + 1 :]])
-        if others.size and corr[k] < PROMINENCE * float(others.max()):
+        if not peak_stands_out(corr, k, _APART, PROMINENCE):
             return None
         return lo + k + peak_between(corr, k)
 

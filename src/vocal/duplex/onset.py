@@ -226,10 +226,10 @@ def echo_lag_now(reference: np.ndarray, raw: np.ndarray, stretch: slice, lags: t
     corr = _correlation(reference, raw, stretch, lags, phat=True)
     if corr is None:
         return None
+    from vocal.duplex.echo_track import peak_stands_out
+
     k = int(np.argmax(corr))
-    away = round(MOVED_MS * rate / 1000)
-    others = np.concatenate([corr[: max(0, k - away)], corr[k + away + 1 :]])
-    if others.size and corr[k] < DISTINCT * float(np.max(others)):
+    if not peak_stands_out(corr, k, round(MOVED_MS * rate / 1000), DISTINCT):
         return None
     return lags[1] - k
 
@@ -308,7 +308,7 @@ class OnsetTaps:
     def aligned(self) -> AlignedStreams | None:
         """The raw capture kept and the blocks as played on its grid; None before both ran."""
         from vocal.audio.wav import resample
-        from vocal.duplex.drift import DRIFT_PPM, warped
+        from vocal.duplex.drift import warped
 
         raw_blocks, played_blocks = self.raw.snapshot(), self.played.snapshot()
         if not raw_blocks or not played_blocks:
@@ -322,7 +322,7 @@ class OnsetTaps:
         count = math.ceil(raw.shape[0] * played_rate / rate) + played_rate
         played = _joined(played_blocks, frame, frame + count)
         reference = played if played_rate == rate else resample(played, played_rate, rate)
-        if abs(self.drift_ppm) >= DRIFT_PPM:
+        if self.drift_ppm:
             # Anchored at the newest capture: the path's delay there (the one a turn learns
             # from a fit) is the delay as the callbacks saw it, whatever the drift.
             reference = warped(reference, self.drift_ppm, raw.shape[0])
