@@ -258,16 +258,24 @@ def test_sigkilled_holder_frees_the_floor_at_once() -> None:
     try:
         assert holder.stdout.readline().strip() == "held"
         result: list[Held] = []
-        waiter = threading.Thread(
-            target=lambda: result.append(c.acquire(session="next", timeout_s=30))
-        )
+        returned_at: list[float] = []
+
+        def take() -> None:
+            result.append(c.acquire(session="next", timeout_s=30))
+            returned_at.append(time.time())
+
+        waiter = threading.Thread(target=take)
         waiter.start()
         wait_until(lambda: queue_sessions(c) == ["next"])
         holder.send_signal(signal.SIGKILL)
-        killed_at = time.monotonic()
+        killed_at, killed_wall = time.monotonic(), time.time()
         waiter.join(30)
         # Liveness by pid: well inside the 60 s expiry, even before the zombie is reaped.
         assert result and time.monotonic() - killed_at < 2.0
+        # ...yet not over what the server had mixed of the dead holder: the next speaker
+        # returns after the settle its death wrote, as after a bump.
+        quiet = json.loads((c.directory / "quiet.json").read_text())
+        assert killed_wall < quiet <= returned_at[0]
     finally:
         kill(holder)
 

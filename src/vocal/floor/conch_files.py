@@ -204,10 +204,10 @@ class ConchFiles:
             write_json(self._holder_path, holder.to_dict())
         if holder is not None and not self.holder_alive(holder, now):
             unlink(self._holder_path)
-            if holder.pid is None or holder.host != HOST or pid_alive(holder.pid, holder.pid_start):
-                # Expired, not dead: it may still sound until its watcher or its guard notices,
-                # so the next speaker waits BUMP_SETTLE_S as after a bump (8-agent fault test).
-                self._settle()
+            # Expired, it may still sound until its watcher or its guard notices (8-agent fault
+            # test); dead, what the sound server had already mixed of it still plays for a few
+            # tens of ms. Either way the next speaker waits BUMP_SETTLE_S, as after a bump.
+            self._settle()
             holder = None
         waiters = []
         for waiter in self._read_waiters():

@@ -33,7 +33,9 @@ HEAD_TICK_S = 0.1
 TICK_S = 0.5
 #: After a bump the next speaker waits this long before it returns with the floor: the bumped
 #: holder is still talking until its watcher looks (every 50 ms) and its device buffer
-#: (~30 ms) drains. A SIGKILLed holder falls silent at once and needs no such pause.
+#: (~30 ms) drains. So after a SIGKILLed holder too: its stream leaves the server at once, but
+#: what was mixed already reaches the sink's monitor 11-29 ms after the kill, and without the
+#: pause the next speaker was heard 43-80 ms after it (an overlap under CI's load).
 BUMP_SETTLE_S = 0.25
 #: The longest hold a record may claim (its `expiry_s`): a forged record cannot pin the floor
 #: for longer than this past its last renewal, whatever VOCAL_CONCH_LOCK_EXPIRY says.
