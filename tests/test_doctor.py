@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ import pytest
 from harness.pulse import PulseSinks
 from harness.runner import run_vocal
 from harness.sounds import tone
+from vocal.audio.endpoints import device_pair
+from vocal.duplex.echo_profile import FULL_DUPLEX, EchoProfile, save_profile
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 
@@ -37,6 +40,24 @@ def test_a_working_machine_names_the_null_sink_and_exits_0(pulse: PulseSinks) ->
                  "engine faster-whisper", "model tiny.en (embedded)"):  # fmt: skip
         assert checks[name]["status"] == "ok", checks[name]
     assert checks["conch"]["detail"] == "free"
+
+
+def test_the_echo_profile_is_asked_for_until_one_is_kept(vocal_home: Path) -> None:
+    # The null sink is no headset: echo is cancelled (aec auto), and nothing was measured.
+    _, checks, _ = doctor()
+    kept = checks["echo profile"]
+    assert kept["status"] == "warn" and kept["detail"].endswith("not measured")
+    assert "vocal doctor --echo" in kept["fix"]
+    output, input = device_pair(None, None)  # the pair the doctor resolved, as a turn would
+    assert f"{output} into {input}" in kept["detail"]
+    save_profile(vocal_home, EchoProfile(output=output, input=input, delay_ms=118.0,
+                                         echo_dbfs=-30.0, echo_gain_db=-10.0, reduction_db=41.0,
+                                         verdict=FULL_DUPLEX, measured_at=time.time()))  # fmt: skip
+    _, checks, _ = doctor()
+    assert checks["echo profile"]["status"] == "ok"
+    assert "full-duplex (echo delay 118 ms, cancelled 41 dB)" in checks["echo profile"]["detail"]
+    _, checks, _ = doctor(env={"VOCAL_AEC": "off"})
+    assert checks["echo profile"]["detail"] == "not needed: no echo is cancelled (aec off)"
 
 
 def test_text_report_has_a_fix_under_each_problem() -> None:

@@ -84,6 +84,38 @@ def test_a_turn_keeps_its_delay_and_nothing_it_did_not_measure(vocal_home: Path)
     assert (learned.delay_ms, learned.verdict, learned.reduction_db) == (140.0, HALF_DUPLEX, 40.0)
 
 
+def test_plain_doctor_says_what_the_pair_has_kept_and_asks_for_a_measurement(
+    vocal_home: Path,
+) -> None:
+    from vocal.config import Settings
+    from vocal.ops.echo_check import MEASURE_FIX, check_kept_echo
+
+    # Named devices: the pair is known without asking the sound server.
+    settings = Settings(home=vocal_home, aec="on", output_device="sink", input_device="source")
+    nothing = check_kept_echo(settings)
+    assert (nothing.status, nothing.fix) == ("warn", MEASURE_FIX)
+    assert "not measured" in nothing.detail and "vocal doctor --echo" in MEASURE_FIX
+    learn_delay(vocal_home, "sink", "source", 131.0, now_s=1000.0)
+    learned = check_kept_echo(settings, now_s=1000.0 + 3 * 3600 + 5)
+    assert (learned.status, learned.fix) == ("warn", MEASURE_FIX)
+    assert "131 ms learnt by a turn 3 h ago, not judged" in learned.detail
+    save_profile(vocal_home, profile(HALF_DUPLEX, reduction_db=9.0))
+    bad = check_kept_echo(settings)
+    assert bad.status == "warn" and "half-duplex" in bad.detail and "9 dB" in bad.detail
+    assert bad.fix and "headphones" in bad.fix and "just now" in bad.detail
+    save_profile(vocal_home, profile(FULL_DUPLEX, reduction_db=38.0))
+    assert "updated 1 day ago" in check_kept_echo(settings, now_s=time.time() + 86400).detail
+    good = check_kept_echo(settings, now_s=time.time() + 2 * 86400)
+    assert (
+        good.status == "ok"
+        and "full-duplex (echo delay 120 ms, cancelled 38 dB), updated 2 days ago" in good.detail
+    )
+    # Where nothing is cancelled there is nothing to measure.
+    for quiet in (Settings(home=vocal_home, aec="off"), Settings(home=vocal_home, barge_in=False)):
+        unused = check_kept_echo(quiet)
+        assert unused.status == "ok" and unused.detail.startswith("not needed")
+
+
 def synthetic_recording(delay_samples: int, gain: float, residual: float) -> Recording:
     """A probe played from 0.5 s on and its echo `delay_samples` later at `gain`, in the
     blocks their callbacks would have seen (256 played, 512 captured, on one clock); a live

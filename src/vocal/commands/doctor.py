@@ -37,9 +37,11 @@ def doctor(
     Checks, in order: config, audio backend (PortAudio, the sound server), devices (the input
     and output vocal uses), microphone level (half a second: all-zero buffers mean a muted
     microphone or one the OS refuses, which is not the same as a quiet room), headphones or
-    speakers (decides echo cancellation), state directory writable, conch (who holds the
-    floor), engines importable (faster-whisper or mlx-whisper, hibari, espeak-ng), models on
-    disk (the embedded tiny.en and the configured one; nothing is downloaded).
+    speakers (decides echo cancellation), echo profile (what `--echo` kept for this speaker
+    and microphone; a warning where echo is cancelled and nothing was measured), state
+    directory writable, conch (who holds the floor), engines importable (faster-whisper or
+    mlx-whisper, hibari, espeak-ng), models on disk (the embedded tiny.en and the configured
+    one; nothing is downloaded).
 
     Each check is ok, warn, fail or skip (not checked because an earlier one failed); every
     warn and fail comes with its fix. Takes about a second.

@@ -154,6 +154,7 @@ def probe_main(args: list[str]) -> None:
 def run_checks(options: DoctorOptions = DoctorOptions()) -> list[Check]:
     """Every check, in the order a person would fix them."""
     from vocal.config import Settings, load_settings
+    from vocal.ops.echo_check import check_kept_echo
     from vocal.stt import default_engine_name
 
     checks: list[Check] = []
@@ -176,6 +177,7 @@ def run_checks(options: DoctorOptions = DoctorOptions()) -> list[Check]:
     checks.append(devices)
     checks.append(check_microphone(settings, default_input, options.listen_s))
     checks.append(check_output_kind())
+    checks.append(check_kept_echo(settings))
     checks.append(check_state_dir(settings.home))
     checks.append(check_quarantine(settings.home))
     checks.append(check_conch(settings))

@@ -2,11 +2,13 @@
 
 The measurement is `vocal.duplex.echo_probe.measure_echo`; the profile it leaves
 (`vocal.duplex.echo_profile`) is what `converse --aec auto` reads: the delay for the
-canceller, and the verdict (full duplex fine / use headphones / half-duplex).
+canceller, and the verdict (full duplex fine / use headphones / half-duplex). Plain
+`vocal doctor` says what is kept for the pair, and asks for the measurement where nothing is.
 """
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from vocal.duplex.echo_profile import FULL_DUPLEX, HALF_DUPLEX, HALF_DUPLEX_DB, HEADPHONES
@@ -28,6 +30,11 @@ _FIXES = {
     "the reply); use headphones for barge-in, or lower the speaker volume and run "
     "`vocal doctor --echo` again",
 }
+#: What a pair with no judged profile is told (the measurement plays an audible probe, so
+#: plain `vocal doctor` never runs it itself).
+MEASURE_FIX = ("run `vocal doctor --echo` (about 10 s, plays a noise probe): `converse --aec "
+               "auto` then starts the canceller at the measured delay, and speaks half-duplex "
+               "where the echo is too strong to cancel")  # fmt: skip
 
 
 def check_echo(settings: Settings, *, save: bool = True) -> Check:
@@ -49,6 +56,46 @@ def check_echo(settings: Settings, *, save: bool = True) -> Check:
         data["profile"] = str(save_profile(settings.home, measured.profile()))
     status = OK if measured.verdict == FULL_DUPLEX else WARN
     return Check("echo", status, describe(measured), fix=_FIXES.get(measured.verdict), data=data)
+
+
+def check_kept_echo(settings: Settings, *, now_s: float | None = None) -> Check:
+    """What `converse --aec auto` will know of the echo of the output and input vocal uses:
+    the verdict `vocal doctor --echo` kept, a delay only a turn has learnt, or nothing. The
+    last two warn: without a verdict every turn keeps barge-in however strong the echo."""
+    from vocal.audio.endpoints import device_pair
+    from vocal.audio.headphones import aec_wanted
+    from vocal.duplex.echo_profile import load_profile
+
+    use_aec, detection = aec_wanted(settings.aec)
+    if not (use_aec and settings.barge_in):
+        why = "barge-in off" if not settings.barge_in else f"aec {settings.aec}"
+        why += ", headphones" if settings.barge_in and detection is not None else ""
+        return Check("echo profile", OK, f"not needed: no echo is cancelled ({why})")
+    output, input = device_pair(settings.output_device, settings.input_device)
+    profile = load_profile(settings.home, output, input)
+    pair = f"{output} into {input}"
+    if profile is None:
+        return Check("echo profile", WARN, f"{pair}: not measured", fix=MEASURE_FIX)
+    age = _age(time.time() if now_s is None else now_s, profile.measured_at)
+    delay = f"echo delay {profile.delay_ms:.0f} ms"
+    if profile.verdict is None:
+        return Check("echo profile", WARN, f"{pair}: {delay} learnt by a turn {age}, not judged",
+                     fix=MEASURE_FIX)  # fmt: skip
+    reduction = "" if profile.reduction_db is None else f", cancelled {profile.reduction_db:.0f} dB"
+    status = OK if profile.verdict == FULL_DUPLEX else WARN
+    return Check("echo profile", status, f"{pair}: {profile.verdict} ({delay}{reduction}), "
+                 f"updated {age}", fix=_FIXES.get(profile.verdict))  # fmt: skip
+
+
+def _age(now_s: float, then_s: float) -> str:
+    """'just now', '5 min ago', '3 h ago', '1 day ago', '2 days ago'."""
+    ago_s = max(0.0, now_s - then_s)
+    if ago_s < 60:
+        return "just now"
+    days = int(ago_s // 86400)
+    if days:
+        return f"{days} day{'s' if days > 1 else ''} ago"
+    return f"{ago_s // 3600:.0f} h ago" if ago_s >= 3600 else f"{ago_s // 60:.0f} min ago"
 
 
 def describe(measured: EchoMeasurement) -> str:
@@ -84,4 +131,4 @@ def describe(measured: EchoMeasurement) -> str:
     )
 
 
-__all__ = ["check_echo", "describe"]
+__all__ = ["MEASURE_FIX", "check_echo", "check_kept_echo", "describe"]
