@@ -47,7 +47,8 @@ def doctor(
     warn and fail comes with its fix. Takes about a second.
 
     With --echo, only the echo is checked (about 10 s: 2 s of the room's own sound, then the
-    probe, audible): the probe's echo delay (ms, output latency + room + input latency), its
+    probe, audible, at the sample rate the configured voice plays at, as the output's latency
+    depends on it): the probe's echo delay (ms, output latency + room + input latency), its
     level at the microphone, the canceller's reduction of it after its first second (dB) and
     a verdict: full-duplex (25 dB or more), use-headphones (15-25 dB), half-duplex (under
     15 dB). Beside it, what the canceller would take out of spoken replies (five, spoken by

@@ -45,17 +45,33 @@ def check_echo(settings: Settings, *, save: bool = True) -> Check:
     from vocal.duplex.echo_profile import save_profile
 
     output, input = device_pair(settings.output_device, settings.input_device)
+    rate = reply_sample_rate(settings)
     try:
         measured = measure_echo(output=output, input=input,
                                 output_device=settings.output_device,
-                                input_device=settings.input_device)  # fmt: skip
+                                input_device=settings.input_device,
+                                sample_rate=rate)  # fmt: skip
     except VocalError as exc:
         return Check("echo", FAIL, str(exc), fix=exc.hint or "run `vocal doctor` first")
-    data: dict[str, object] = measured.to_dict()
+    data: dict[str, object] = {**measured.to_dict(), "probe_sample_rate": rate}
     if save:
         data["profile"] = str(save_profile(settings.home, measured.profile()))
     status = OK if measured.verdict == FULL_DUPLEX else WARN
     return Check("echo", status, describe(measured), fix=_FIXES.get(measured.verdict), data=data)
+
+
+def reply_sample_rate(settings: Settings) -> int:
+    """The rate the configured voice's replies play at, which the probe plays at: the output's
+    buffering, and with it the echo's delay, depends on the stream's rate (the plain loopback:
+    52 ms at 16 kHz, 35 ms at hibari's 24 kHz, 39.5 ms at espeak-ng's 22.05 kHz)."""
+    from vocal.duplex.echo_probe import CAPTURE_SAMPLE_RATE
+    from vocal.speaking.engine import resolve_voice
+    from vocal.tts import engine_class
+
+    try:
+        return engine_class(resolve_voice(settings.voice, None, settings)[0]).sample_rate
+    except VocalError:  # a voice that would not speak: the turn reports it, not the probe
+        return CAPTURE_SAMPLE_RATE
 
 
 def check_kept_echo(settings: Settings, *, now_s: float | None = None) -> Check:
@@ -131,4 +147,4 @@ def describe(measured: EchoMeasurement) -> str:
     )
 
 
-__all__ = ["MEASURE_FIX", "check_echo", "check_kept_echo", "describe"]
+__all__ = ["MEASURE_FIX", "check_echo", "check_kept_echo", "describe", "reply_sample_rate"]
