@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,6 +111,7 @@ def cron_user_server(tmp_path: Path) -> Iterator[tuple[str, int, Path]]:
     runtime.mkdir(parents=True, exist_ok=True)
     os.chown(runtime, uid, entry.pw_gid)
     runtime.chmod(0o700)
+    vocal_home: Path | None = None
     server_env = {"HOME": str(home), "XDG_RUNTIME_DIR": str(runtime), "PATH": "/usr/bin:/bin"}
     pulse = subprocess.Popen(
         ["runuser", "-u", CRON_USER, "--", "env", "-i",
@@ -128,12 +130,13 @@ def cron_user_server(tmp_path: Path) -> Iterator[tuple[str, int, Path]]:
         # Only the runtime directory leads to it: no ~/.config/pulse/*-runtime link.
         for link in (home / ".config" / "pulse").glob("*-runtime"):
             link.unlink()
-        vocal_home = tmp_path / "home"
-        vocal_home.mkdir()
+        # Where the user can reach it: pytest's own directories are root's alone (0700).
+        vocal_home = Path(tempfile.mkdtemp(prefix="vocal-cron-home-"))
         os.chown(vocal_home, uid, entry.pw_gid)
-        tmp_path.chmod(0o755)
         yield CRON_USER, uid, vocal_home
     finally:
+        if vocal_home is not None:
+            shutil.rmtree(vocal_home, ignore_errors=True)
         pulse.terminate()
         try:
             pulse.wait(10)
@@ -148,18 +151,37 @@ def test_doctor_from_an_empty_environment_finds_the_users_server(cron_user_serve
     socket_path = f"/run/user/{uid}/pulse/native"
     # The test can fail: nothing in this environment leads libpulse to the server.
     assert as_user(user, "pactl", "info", env=bare, timeout=30).returncode != 0
-    # Run as the user would from cron: no session variables; its own VOCAL_HOME only. This
-    # interpreter may live where the user cannot reach (pyenv under /root): the system's
-    # Python of the same version runs the same vocal and packages.
-    python, path = user_python()
-    env = {**bare, "VOCAL_HOME": str(vocal_home), "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONPATH": path}  # fmt: skip
-    result = as_user(user, python, "-m", "vocal", "doctor", "--json", env=env, timeout=120)
-    assert result.stdout, result.stderr
-    checks = {c["name"]: c for c in json.loads(result.stdout)}
+    checks = cron_doctor(user, vocal_home)
     backend = checks["audio backend"]
     assert backend["status"] == "ok", backend
     assert backend["data"] == {"address": f"unix:{socket_path}", "found": "discovered"}, backend
     assert socket_path in backend["detail"] and "the environment named none" in backend["detail"]
     # ... and the server it found is the user's: PortAudio's default output is its null sink.
     assert "sink cron_speaker" in checks["devices"]["detail"], checks["devices"]
+    # Its own state directory, as a cron job's would be.
+    assert checks["state directory"]["status"] == "ok", checks["state directory"]
+
+
+@needs_root
+def test_doctor_reports_a_state_directory_the_user_cannot_reach(cron_user_server, tmp_path) -> None:
+    # VOCAL_HOME under a directory only root may enter (pytest's): every check that reads
+    # state says so in its line and the doctor finishes its report, exit code 1.
+    user, _, _ = cron_user_server
+    checks = cron_doctor(user, tmp_path / "vocal", returncode=1)
+    state = checks["state directory"]
+    assert state["status"] == "fail" and "Permission denied" in state["detail"], state
+    echo = checks["echo profile"]
+    assert echo["status"] == "warn" and "what was kept cannot be read" in echo["detail"], echo
+
+
+def cron_doctor(user: str, vocal_home: Path, returncode: int = 0) -> dict[str, dict]:
+    """`vocal doctor --json` run as `user` would from cron (no session variables, its own
+    VOCAL_HOME only): its checks by name. This interpreter may live where the user cannot reach
+    (pyenv under /root): the system's Python of the same version runs the same vocal and
+    packages."""
+    python, path = user_python()
+    env = {"PATH": "/usr/bin:/bin", "VOCAL_HOME": str(vocal_home), "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": path}  # fmt: skip
+    result = as_user(user, python, "-m", "vocal", "doctor", "--json", env=env, timeout=120)
+    assert result.stdout and result.returncode == returncode, result.stderr
+    return {check["name"]: check for check in json.loads(result.stdout)}

@@ -23,19 +23,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vocal.audio.endpoints import pactl_info, pulse_endpoints
 from vocal.errors import VocalError
+from vocal.ops.check import FAIL, OK, SKIP, STATUSES, WARN, Check
 
 if TYPE_CHECKING:
     from vocal.audio.devices import DeviceInfo
     from vocal.config import Settings
-
-OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
-STATUSES = (OK, WARN, FAIL, SKIP)
 
 #: How long the microphone check records: enough blocks (32 ms each) to see any signal.
 DEFAULT_LISTEN_S = 0.5
@@ -62,24 +60,6 @@ SOUND_SERVER_FIX = (
     "start the sound server: `pulseaudio --start`, or `systemctl --user start pipewire "
     "pipewire-pulse`; check it with `pactl info`"
 )
-
-
-@dataclass(frozen=True)
-class Check:
-    """One line of the doctor's report."""
-
-    name: str
-    status: str  # one of STATUSES
-    detail: str
-    fix: str | None = None
-    #: Figures behind the line, for `--json` (left out when None).
-    data: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        if self.data is None:
-            del out["data"]
-        return out
 
 
 @dataclass(frozen=True)

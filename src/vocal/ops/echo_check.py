@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from vocal.duplex.echo_profile import FULL_DUPLEX, HALF_DUPLEX, HALF_DUPLEX_DB, HEADPHONES
 from vocal.errors import VocalError
-from vocal.ops.doctor import FAIL, OK, WARN, Check
+from vocal.ops.check import FAIL, OK, WARN, Check
 
 if TYPE_CHECKING:
     from vocal.config import Settings
@@ -88,8 +88,13 @@ def check_kept_echo(settings: Settings, *, now_s: float | None = None) -> Check:
         why += ", headphones" if settings.barge_in and detection is not None else ""
         return Check("echo profile", OK, f"not needed: no echo is cancelled ({why})")
     output, input = device_pair(settings.output_device, settings.input_device)
-    profile = load_profile(settings.home, output, input)
     pair = f"{output} into {input}"
+    try:
+        profile = load_profile(settings.home, output, input)
+    except OSError as exc:  # a state directory this user cannot reach: its own check says how
+        reason = exc.strerror or type(exc).__name__
+        return Check("echo profile", WARN, f"{pair}: what was kept cannot be read ({reason})",
+                     fix="see the state directory's check")  # fmt: skip
     if profile is None:
         return Check("echo profile", WARN, f"{pair}: not measured", fix=MEASURE_FIX)
     age = _age(time.time() if now_s is None else now_s, profile.measured_at)
