@@ -17,6 +17,7 @@ from harness.runner import run_vocal
 from harness.sounds import tone
 from vocal.audio.endpoints import device_pair
 from vocal.duplex.echo_profile import FULL_DUPLEX, EchoProfile, save_profile
+from vocal.ops.check import Check
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 
@@ -136,6 +137,28 @@ def test_an_unwritable_state_directory(tmp_path: Path) -> None:
     state = checks["state directory"]
     assert code == 1 and state["status"] == "fail", state
     assert "not writable" in state["detail"] and "VOCAL_HOME" in state["fix"]
+
+
+def test_a_check_that_breaks_is_its_own_failed_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vocal.ops.doctor import guarded
+
+    def reads_state(home: Path) -> Check:
+        if home == Path("/unreachable"):
+            raise PermissionError(13, "Permission denied", str(home / "gates.json"))
+        return Check("state files", "ok", "none malformed")
+
+    monkeypatch.delenv("VOCAL_DEBUG", raising=False)
+    assert guarded("state files", reads_state, Path("/home")).status == "ok"
+    broken = guarded("state files", reads_state, Path("/unreachable"))
+    assert (broken.name, broken.status) == ("state files", "fail")
+    assert broken.detail == (
+        "the check itself failed: PermissionError: [Errno 13] Permission denied: "
+        "'/unreachable/gates.json'"
+    )
+    assert broken.fix and "VOCAL_DEBUG=1" in broken.fix
+    monkeypatch.setenv("VOCAL_DEBUG", "1")  # a developer wants the traceback
+    with pytest.raises(PermissionError):
+        guarded("state files", reads_state, Path("/unreachable"))
 
 
 def test_a_missing_model(tmp_path: Path) -> None:

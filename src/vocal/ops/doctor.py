@@ -2,7 +2,8 @@
 
 Each check returns a `Check` (name, status, detail, fix). Statuses: `ok`; `warn` (works, but
 something is likely to surprise); `fail` (a turn will not work); `skip` (could not be checked
-because an earlier check failed). Every `warn` and `fail` carries the fix.
+because an earlier check failed). Every `warn` and `fail` carries the fix. A check that raises
+what it did not expect becomes its own `fail` line (`guarded`), and the report goes on.
 
 The whole run stays around a second: importing the speech engines costs ~0.6-1.1 s each here
 (hibari, faster-whisper), so each is imported in its own child process started first, while the
@@ -32,6 +33,8 @@ from vocal.errors import VocalError
 from vocal.ops.check import FAIL, OK, SKIP, STATUSES, WARN, Check
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from vocal.audio.devices import DeviceInfo
     from vocal.config import Settings
 
@@ -155,16 +158,30 @@ def run_checks(options: DoctorOptions = DoctorOptions()) -> list[Check]:
     checks.append(backend)
     devices, default_input = check_devices(settings, portaudio)
     checks.append(devices)
-    checks.append(check_microphone(settings, default_input, options.listen_s))
-    checks.append(check_output_kind())
-    checks.append(check_kept_echo(settings))
-    checks.append(check_state_dir(settings.home))
-    checks.append(check_quarantine(settings.home))
-    checks.append(check_conch(settings))
+    checks.append(guarded("microphone", check_microphone, settings, default_input,
+                          options.listen_s))  # fmt: skip
+    checks.append(guarded("headphones", check_output_kind))
+    checks.append(guarded("echo profile", check_kept_echo, settings))
+    checks.append(guarded("state directory", check_state_dir, settings.home))
+    checks.append(guarded("state files", check_quarantine, settings.home))
+    checks.append(guarded("conch", check_conch, settings))
     results = {probe.engine: probe.result() for probe in probes}
     checks.extend(check_engines(stt_engine, results))
     checks.extend(check_models(settings.stt_model, stt_engine, results[stt_engine]))
     return checks
+
+
+def guarded(name: str, check: Callable[..., Check], *args: Any) -> Check:
+    """`check(*args)`, or a `fail` line called `name` when it raises what it did not expect:
+    one broken check must not take the rest of the report with it. VOCAL_DEBUG=1 lets the
+    exception through, for its traceback."""
+    try:
+        return check(*args)
+    except Exception as exc:
+        if os.environ.get("VOCAL_DEBUG", "") not in ("", "0"):
+            raise
+        detail = f"the check itself failed: {type(exc).__name__}: {exc}"
+        return Check(name, FAIL, detail, fix="`VOCAL_DEBUG=1 vocal doctor` shows the traceback")
 
 
 def check_audio_backend() -> tuple[Check, bool]:
