@@ -100,7 +100,7 @@ def user_python() -> tuple[str, str]:
 
 
 @pytest.fixture
-def cron_user_server(tmp_path: Path) -> Iterator[tuple[str, int, Path]]:
+def cron_user_server() -> Iterator[tuple[str, int, Path]]:
     """(user, uid, a VOCAL_HOME it owns) with a PulseAudio of its own at
     /run/user/UID/pulse/native and nowhere else."""
     if subprocess.run(["id", CRON_USER], capture_output=True).returncode != 0:
@@ -164,10 +164,12 @@ def test_doctor_from_an_empty_environment_finds_the_users_server(cron_user_serve
 
 @needs_root
 def test_doctor_reports_a_state_directory_the_user_cannot_reach(cron_user_server, tmp_path) -> None:
-    # VOCAL_HOME under a directory only root may enter (pytest's): every check that reads
-    # state says so in its line and the doctor finishes its report, exit code 1.
+    # VOCAL_HOME under a directory only root may enter: every check that reads state says so
+    # in its line and the doctor finishes its report, exit code 1.
     user, _, _ = cron_user_server
-    checks = cron_doctor(user, tmp_path / "vocal", returncode=1)
+    root_only = tmp_path / "root-only"
+    root_only.mkdir(mode=0o700)
+    checks = cron_doctor(user, root_only / "vocal", returncode=1)
     state = checks["state directory"]
     assert state["status"] == "fail" and "Permission denied" in state["detail"], state
     echo = checks["echo profile"]

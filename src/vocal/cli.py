@@ -36,7 +36,7 @@ from typer.core import TyperGroup
 
 from vocal import __version__
 from vocal.completion import COMPLETE_VAR, enable_completion
-from vocal.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, VocalError
+from vocal.errors import EXIT_INTERRUPTED, EXIT_USAGE, UsageError, VocalError, debug_wanted
 
 COMMANDS_DIR = Path(__file__).parent / "commands"
 _DOCSTRING = re.compile(r'\A\s*(?:#[^\n]*\n\s*)*[rRuU]?("""|\'\'\')\s*(.*?)\1', re.DOTALL)
@@ -405,7 +405,7 @@ def report_error(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the CLI and turn every failure into its exit code."""
-    debug = os.environ.get("VOCAL_DEBUG", "") not in ("", "0")
+    debug = debug_wanted()
     if COMPLETE_VAR in os.environ:  # a TAB press: answer and exit
         enable_completion()
     command = typer.main.get_command(app)

@@ -5,6 +5,7 @@ Exit codes are part of vocal's interface (see docs/design.md): scripts and agent
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 EXIT_OK = 0
@@ -14,6 +15,11 @@ EXIT_CONCH_TIMEOUT = 3
 EXIT_NO_SPEECH = 4
 EXIT_UNAVAILABLE = 5
 EXIT_INTERRUPTED = 130
+
+
+def debug_wanted() -> bool:
+    """VOCAL_DEBUG is set (and not 0): errors are raised with their traceback, not reported."""
+    return os.environ.get("VOCAL_DEBUG", "") not in ("", "0")
 
 
 class VocalError(Exception):

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vocal.audio.endpoints import pactl_info, pulse_endpoints
-from vocal.errors import VocalError
+from vocal.errors import VocalError, debug_wanted
 from vocal.ops.check import FAIL, OK, SKIP, STATUSES, WARN, Check
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ def guarded(name: str, check: Callable[..., Check], *args: Any) -> Check:
     try:
         return check(*args)
     except Exception as exc:
-        if os.environ.get("VOCAL_DEBUG", "") not in ("", "0"):
+        if debug_wanted():
             raise
         detail = f"the check itself failed: {type(exc).__name__}: {exc}"
         return Check(name, FAIL, detail, fix="`VOCAL_DEBUG=1 vocal doctor` shows the traceback")
