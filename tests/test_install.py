@@ -3,8 +3,9 @@ virtual environment with its dependencies from the package index, is a whole voc
 
 What `pipx install .`, `uv tool install .` and `pip install .` do, without pipx or uv: build the
 wheel, make an empty venv, `pip install` the wheel into it. The console script then speaks into
-a file and `vocal doctor` finds its engines and the embedded model, with no help from the
-checkout or from .venv (PYTHONPATH dropped, cwd elsewhere).
+a file, `vocal doctor` finds its engines and the embedded model, and the turn model (Smart
+Turn, inside vocal's own package) loads and scores, with no help from the checkout or from
+.venv (PYTHONPATH dropped, cwd elsewhere).
 
 Dependencies come from the index, resolved afresh as a user's install resolves them (not
 constraints.txt, the lock scripts/setup installs into .venv: a release that breaks vocal should
@@ -90,6 +91,8 @@ def test_the_wheel_holds_every_file_of_the_package(wheel: Path) -> None:
         names = set(archive.namelist())
     assert on_disk - names == set()
     assert {"vocal/soundfont/default.wav", "vocal/soundfont/Stop/default.wav"} <= names
+    turn_model = "vocal/hearing/models/"
+    assert {turn_model + f for f in ("smart-turn-v3.2-cpu.onnx", "LICENSE", "README.md")} <= names
     assert not {n for n in names if n.startswith(("tests/", "scripts/", "docs/", "harness/"))}
 
 
@@ -152,3 +155,21 @@ def test_the_installed_doctor_finds_its_engines_and_model(
     for name in (f"engine {engine}", "engine hibari", "model tiny.en (embedded)"):
         assert checks[name]["status"] == "ok", checks[name]
     assert str(venv) in checks["model tiny.en (embedded)"]["detail"]
+
+
+def test_the_installed_package_runs_its_own_turn_model(venv: Path, tmp_path: Path) -> None:
+    # Smart Turn ships inside vocal's wheel: found and run with no pipecat and no download.
+    env = clean_env(HF_HUB_OFFLINE="1")
+    env.pop("VOCAL_TURN_MODEL_PATH", None)
+    script = (
+        "import importlib.util, numpy\n"
+        "from vocal.hearing.smart_turn import SmartTurn\n"
+        "model = SmartTurn()\n"
+        "p = model.probability(numpy.zeros(16000, numpy.float32))\n"
+        "print(importlib.util.find_spec('pipecat') is None, model.model_path, p)\n"
+    )
+    python = venv / "bin" / "python"
+    no_pipecat, path, p = run([python, "-c", script], env=env, cwd=tmp_path, timeout=120).split()
+    assert no_pipecat == "True"
+    assert Path(path).is_relative_to(venv) and Path(path).name == "smart-turn-v3.2-cpu.onnx"
+    assert 0.0 <= float(p) <= 1.0

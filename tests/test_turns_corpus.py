@@ -1,5 +1,5 @@
 """The end of turn on real human speech (issue 16), through the real CLI and the real models:
-Silero VAD, Smart Turn v3 (the ONNX file the pipecat-ai wheel ships), Whisper tiny.en.
+Silero VAD, Smart Turn v3 (the ONNX file vocal's package ships), Whisper tiny.en.
 
 Recordings come from the real-speech corpus (scripts/corpus; tests/corpus/README.md). `vocal
 listen --input` judges a file on its own clock (durations count samples) and waits for the

@@ -8,12 +8,11 @@ Whisper-style log-mel features of the last 8 s at 16 kHz (left-padded with zeros
 faster-whisper's feature extractor within 1e-5), and `SmartTurn` runs the model on one
 onnxruntime thread.
 
-The model file: `$VOCAL_TURN_MODEL_PATH`, else the copy the `pipecat-ai` wheel ships
-(`pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx`, found without importing
-pipecat; scripts/setup installs that wheel with --no-deps, 12 MB and none of its framework),
-else the hub repository `pipecat-ai/smart-turn-v3`, downloaded once with a progress bar.
-`TurnModelLoader` loads it in a background thread, like Whisper, so it never delays the
-microphone.
+The model file: `$VOCAL_TURN_MODEL_PATH`, else the copy vocal's own package ships
+(`models/smart-turn-v3.2-cpu.onnx` beside this module, taken unchanged from the `pipecat-ai`
+1.14.0 wheel; its BSD-2 licence and provenance sit beside it), so every install has it with
+no download and no pipecat. `TurnModelLoader` loads it in a background thread, like Whisper,
+so it never delays the microphone.
 """
 
 from __future__ import annotations
@@ -37,9 +36,9 @@ HOP_FRAMES = 160
 N_MELS = 80
 
 MODEL_FILE = "smart-turn-v3.2-cpu.onnx"
-MODEL_LOCATIONS = (("pipecat", f"audio/turn/smart_turn/data/{MODEL_FILE}"),)
+#: The packaged copy (hatch's wheel takes src/vocal whole; tests/test_install.py checks it).
+PACKAGED_MODEL = Path(__file__).parent / "models" / MODEL_FILE
 MODEL_ENV = "VOCAL_TURN_MODEL_PATH"
-HUB_REPO = "pipecat-ai/smart-turn-v3"
 
 
 def _mel_filters(sample_rate: int = SMART_TURN_SAMPLE_RATE) -> np.ndarray:
@@ -93,22 +92,20 @@ def log_mel_features(samples: np.ndarray) -> np.ndarray:
     return ((log_spec + 4.0) / 4.0).astype(np.float32)
 
 
-def find_turn_model(*, download: bool = True) -> Path:
-    """The Smart Turn ONNX file: $VOCAL_TURN_MODEL_PATH, a package that ships it, else the hub
-    (downloaded once; EngineError offline or with `download` False)."""
+def find_turn_model() -> Path:
+    """The Smart Turn ONNX file: $VOCAL_TURN_MODEL_PATH, else the copy in vocal's package
+    (EngineError when the variable names no file or the packaged copy is missing)."""
     from vocal.audio.vad import packaged_model
 
-    path = packaged_model(MODEL_ENV, MODEL_LOCATIONS)
+    path = packaged_model(MODEL_ENV, ())
     if path is not None:
         return path
-    if not download:
-        raise EngineError("the Smart Turn model is not installed", hint=INSTALL_HINT)
-    from vocal.hub import hub_snapshot
-
-    return hub_snapshot(HUB_REPO, allow_patterns=[MODEL_FILE], what="the turn model") / MODEL_FILE
+    if not PACKAGED_MODEL.is_file():
+        raise EngineError(f"the Smart Turn model is missing: {PACKAGED_MODEL}", hint=INSTALL_HINT)
+    return PACKAGED_MODEL
 
 
-INSTALL_HINT = "pip install --no-deps pipecat-ai (it ships the model), or set VOCAL_TURN_MODEL_PATH"
+INSTALL_HINT = f"reinstall vocal (its package ships the model), or set {MODEL_ENV} to a copy"
 
 
 class SmartTurn:
