@@ -66,12 +66,13 @@ class Settings:
     stt_hints: str | None = None
     stt_hints_git: bool = False
     stt_hints_prompt: bool = True
-    # End of turn (issue 16, vocal.hearing.endofturn): after turn_check_ms of silence the turn model
-    # (Smart Turn v3 and the early transcript's last words) judges the pause: complete ends the
-    # turn at once, unfinished waits up to max_pause_ms of silence, undecided (or turn_model
-    # off) ends after silence_ms.
+    # End of turn (issues 16 and 36, vocal.hearing.endofturn): after turn_check_ms of silence
+    # the voice (Smart Turn v3), the last word and the words' model (words_model: SmolLM2, with
+    # vocal[words]) set how long the pause must last: short when all say finished, up to
+    # max_pause_ms when the words say unfinished; with turn_model off, silence_ms.
     silence_ms: int = 700
     turn_model: bool = True
+    words_model: bool = True
     turn_check_ms: int = 160
     max_pause_ms: int = 2500
     max_seconds: float = 60.0

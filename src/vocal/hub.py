@@ -1,7 +1,7 @@
 """Models fetched from the Hugging Face hub: the cache first, else a download with a progress bar.
 
-Shared by every stage that loads a model from the hub (Whisper in vocal.stt, the turn model in
-vocal.hearing.endofturn, Chatterbox's weights in vocal.tts.chatterbox), so it sits below them all.
+Shared by every stage that loads a model from the hub (Whisper in vocal.stt, the words' model in
+vocal.hearing.words_model, Chatterbox's weights in vocal.tts.chatterbox), so it sits below them all.
 """
 
 from __future__ import annotations

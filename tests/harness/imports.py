@@ -13,7 +13,7 @@ import tempfile
 #: Libraries that `vocal --help`, `vocal CMD --help` and completion must never load.
 HEAVY = {
     "numpy", "onnxruntime", "sounddevice", "soundfile", "soxr", "faster_whisper", "ctranslate2",
-    "livekit", "hibari", "mlx", "mlx_whisper", "rich", "pydantic", "huggingface_hub",
+    "livekit", "hibari", "mlx", "mlx_whisper", "rich", "pydantic", "huggingface_hub", "llama_cpp",
 }  # fmt: skip
 
 #: What `vocal replay` must not load: it plays stored PCM, with no speech engine.

@@ -280,7 +280,8 @@ class Endpointer:
         self._candidate_frame = 0
         #: Silence that ends the current pause, when the end-of-turn stage set one
         #: (`hold_pause`); None: min_silence_ms. Cleared when speech resumes.
-        self.pause_limit_ms: int | None = None
+        self.pause_limit_ms: float | None = None
+        self._pause_finished = False  # the limit is the end-of-turn stage's "finished" wait
 
     # -- frames from milliseconds --
     def _frames(self, ms: float) -> int:
@@ -348,14 +349,14 @@ class Endpointer:
             if prob >= options.start_threshold:
                 self.state = VadState.SPEAKING
                 self.speech_end_frame = self._fed
-                self.pause_limit_ms = None
+                self.pause_limit_ms, self._pause_finished = None, False
             else:
                 # Between the thresholds neither resumes speech nor resets the silence (Silero's
                 # get_speech_timestamps does the same), so a murmur cannot hold the turn open.
                 self._run_frames += chunk.shape[0]
         limit_ms = options.min_silence_ms if self.pause_limit_ms is None else self.pause_limit_ms
         if self.state is VadState.STOPPING and self._run_frames >= self._frames(limit_ms):
-            self._end(EndReason.SILENCE if self.pause_limit_ms is None else EndReason.MAX_PAUSE)
+            self._end(self._pause_reason())
         elif self._fed >= round(options.max_duration_s * self.sample_rate):
             self._end(EndReason.MAX_DURATION)
         elif not self.speech_heard and self._fed >= round(
@@ -369,23 +370,27 @@ class Endpointer:
         self.end_reason = reason
         self.end_frame = self._fed
 
-    def hold_pause(self, limit_ms: int) -> None:
-        """Let the current pause last up to `limit_ms` of silence instead of min_silence_ms
-        (the turn sounds unfinished); ends with MAX_PAUSE when it does. A no-op unless
-        STOPPING; speech resuming clears it."""
-        if self.state is VadState.STOPPING:
-            self.pause_limit_ms = limit_ms
+    @property
+    def min_silence_ms(self) -> int:
+        """The silence that ends a pause nobody judged (`--silence-ms`)."""
+        return self.options.min_silence_ms
 
-    def release_pause(self) -> None:
-        """Undo `hold_pause`: min_silence_ms ends the current pause again (at the next chunk,
-        if it has already lasted that long)."""
-        self.pause_limit_ms = None
+    def _pause_reason(self) -> EndReason:
+        if self.pause_limit_ms is None:
+            return EndReason.SILENCE
+        return EndReason.TURN_COMPLETE if self._pause_finished else EndReason.MAX_PAUSE
 
-    def end_turn(self) -> None:
-        """End now: the end-of-turn stage judged the turn complete (a no-op unless STOPPING,
-        so the person speaking again always wins)."""
-        if self.state is VadState.STOPPING:
-            self._end(EndReason.TURN_COMPLETE)
+    def hold_pause(self, limit_ms: float, *, finished: bool = False) -> None:
+        """Let the current pause last `limit_ms` of silence instead of min_silence_ms (the
+        end-of-turn stage's wait): at once if it has lasted that long. The turn then ends
+        with TURN_COMPLETE when the stage judged it `finished`, else MAX_PAUSE (it sounded
+        unfinished, or the stage was still waiting for its signals). A no-op unless STOPPING;
+        speech resuming clears it."""
+        if self.state is not VadState.STOPPING:
+            return
+        self.pause_limit_ms, self._pause_finished = limit_ms, finished
+        if self._run_frames >= self._frames(limit_ms):
+            self._end(self._pause_reason())
 
     def tail(self, frames: int) -> np.ndarray:
         """The last `frames` samples fed (whole chunks), without copying the whole recording."""

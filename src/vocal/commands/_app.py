@@ -28,7 +28,7 @@ def silence_ms_option(what: str = "the turn") -> Any:
         None,
         "--silence-ms",
         min=100,
-        help=f"Silence that ends {what} when the turn model is off or undecided, in ms [700].",
+        help=f"Silence that ends {what} when the turn model is off or has no signal, in ms [700].",
     )
 
 
@@ -36,7 +36,7 @@ def turn_model_option() -> Any:
     return typer.Option(
         None,
         "--turn-model/--no-turn-model",
-        help="Judge each pause with the turn model (Smart Turn v3 and the words so far); "
+        help="Let the voice (Smart Turn v3) and the words so far set each pause's wait; "
         "--no-turn-model ends every turn after --silence-ms [on].",
     )
 
@@ -52,7 +52,7 @@ def max_pause_ms_option() -> Any:
         None,
         "--max-pause-ms",
         min=100,
-        help="The longest pause waited through when the turn sounds unfinished, in ms [2500].",
+        help="The wait when the words sound unfinished, the longest pause waited, in ms [2500].",
     )
 
 

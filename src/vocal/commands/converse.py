@@ -92,9 +92,10 @@ def converse(
     --engine names the voice; --stt-engine the recognizer (openai: the answer is uploaded
     once, after the turn has ended, and recognized in this process).
 
-    The answer ends as `vocal listen`'s does: a pause is judged by the turn model after
-    --turn-check-ms; a finished answer ends at once, an unfinished one ("let me think ...") is
-    waited for up to --max-pause-ms, anything else ends after --silence-ms. With --ptt it
+    The answer ends as `vocal listen`'s does: after --turn-check-ms of silence the voice, the
+    last word and the words' model (which reads the answer after TEXT) set how long the pause
+    must last, short when all say finished, up to --max-pause-ms when the words say
+    unfinished ("let me think ..."); --no-turn-model ends it after --silence-ms. With --ptt it
     ends when you press Enter or Space instead (keys from the terminal, /dev/tty, never stdin,
     which may carry TEXT), and Esc cancels.
 

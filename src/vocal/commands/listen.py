@@ -84,10 +84,13 @@ def listen(
     """Listen for one utterance and print its transcript on stdout.
 
     With --vad (the default) the turn ends when the speaker has finished, not merely paused:
-    after --turn-check-ms (160 ms) of silence the turn model judges the pause from the voice
-    (Smart Turn v3) and the words so far. A finished sentence ends the turn at once; one that
-    sounds unfinished ("I think we should ...") is waited for, up to --max-pause-ms (2.5 s) of
-    silence; an undecided pause, or any with --no-turn-model, ends after --silence-ms (700 ms).
+    after --turn-check-ms (160 ms) of silence the voice (Smart Turn v3), the last word and a
+    small language model of the words so far (SmolLM2, with vocal[words]) set how long the
+    silence must last. When all say finished it is short (0.4 s); the less sure they are, the
+    longer; when the words say unfinished ("merge the branch and then ...") it is
+    --max-pause-ms (2.5 s). A speaker seen to resume after long pauses is given longer ones
+    (learnt per user). With --no-turn-model every pause ends the turn after --silence-ms
+    (700 ms).
     --no-vad records a fixed --seconds window. --ptt ends it when you press Enter or Space
     (keys are read from the terminal, /dev/tty, never stdin), and Esc cancels. --input FILE is
     judged on the file's own clock, as the same sound from a microphone would be. Ctrl-C ends

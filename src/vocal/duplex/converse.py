@@ -210,7 +210,7 @@ class _Run:
     def _close(self) -> None:
         parts = self.parts
         speech, player, mic = parts.speech, parts.player, parts.mic
-        loader, turn_loader = parts.loader, parts.turn_loader
+        loader, models = parts.loader, parts.turn_models
         for closer in (
             lambda: self.line.clear() if self.line is not None else None,
             lambda: speech.stop() if speech is not None else None,
@@ -220,7 +220,8 @@ class _Run:
             # Never exit while CTranslate2 loads in native code: it aborts the process.
             lambda: loader.wait(10.0) if loader is not None else None,
             lambda: loader.close() if loader is not None else None,
-            lambda: turn_loader.wait(10.0) if turn_loader is not None else None,
+            lambda: models.wait(10.0) if models is not None else None,
+            lambda: models.keep(self.settings.home) if models is not None else None,
             lambda: parts.learner.join(1.0) if parts.learner is not None else None,
             lambda: parts.room_keeper.join(1.0) if parts.room_keeper is not None else None,
         ):
@@ -254,12 +255,11 @@ class _Run:
             return self._result(None, stopped=True)
         # -- listen ----------------------------------------------------------------------------
         if listening.end_of_turn.enabled:
-            # Smart Turn loads once the reply is over, not while it plays: its load and warm-up
-            # beside playback, AEC and Whisper's warm-up made a barge-in test lose the person's
-            # onset (1 run in 4). Until it is ready (~0.2 s), pauses are judged by the text.
-            from vocal.hearing.smart_turn import TurnModelLoader
+            # The models load once the reply is over, not while it plays: Smart Turn's load
+            # beside playback, AEC and Whisper's warm-up lost a barge-in's onset (1 run in 4).
+            from vocal.hearing.turn_models import EndOfTurnModels
 
-            parts.turn_loader = TurnModelLoader()
+            parts.turn_models = EndOfTurnModels.start(self.settings)
         self.phase = "listening"
         turn.set_phase(TurnPhase.LISTENING)
         rebuild = parts.echo_free.samples_for if parts.echo_free is not None else None
@@ -275,7 +275,7 @@ class _Run:
         with keys_for(options.push_to_talk, self.listen_stop, listening) as (keys, listening):
             listened = keys.ended(listen(
                 source, stt=loader, options=listening, confidence=confidence,
-                turn_model=parts.turn_loader, stop=self.listen_stop,
+                models=parts.turn_models, context=parts.text, stop=self.listen_stop,
                 on_block=keys.watching(on_block), on_words=on_words,
             ))  # fmt: skip
         parts.mic = None  # listen closed it

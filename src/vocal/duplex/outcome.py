@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from vocal.duplex.onset import EchoFreeOnset
     from vocal.floor.turn import Turn
     from vocal.hearing.listening import ListenResult
-    from vocal.hearing.smart_turn import TurnModelLoader
     from vocal.hearing.stt_loading import SttLoader
+    from vocal.hearing.turn_models import EndOfTurnModels
     from vocal.speaking.results import SpeechResult
     from vocal.speaking.speech import Speech
 
@@ -43,7 +43,8 @@ class TurnParts:
     #: `vocal control skip-forward` during the reply.
     skip_requested: threading.Event = field(default_factory=threading.Event)
     loader: SttLoader | None = None
-    turn_loader: TurnModelLoader | None = None
+    #: The end of turn's models and the person's rhythm, started once the reply is over.
+    turn_models: EndOfTurnModels | None = None
     speech: Speech | None = None
     player: Player | None = None
     #: None again once `listen` has closed it.

@@ -95,11 +95,12 @@ def _listen(settings: Settings, vad: bool, seconds: float, input_file: Path | No
     except UsageError:  # a bad value from VOCAL_* or config.toml
         source.close()
         raise
-    turn_loader = None
+    models = None
     if options.vad and options.end_of_turn.enabled:
-        from vocal.hearing.smart_turn import TurnModelLoader
+        from vocal.hearing.turn_models import EndOfTurnModels
 
-        turn_loader = TurnModelLoader()
+        # A file is not the person: it learns their rhythm within itself, and keeps nothing.
+        models = EndOfTurnModels.start(settings, person=input_file is None)
     line = status_line() if meter and input_file is None else None
     level = LevelMeter(line) if line is not None else None
     if keys is not None and sys.stderr.isatty():
@@ -108,14 +109,16 @@ def _listen(settings: Settings, vad: bool, seconds: float, input_file: Path | No
         with ctrl_c_ends(stop):
             on_block = level if keys is None else keys.watching(level)
             result = listen(source, stt=loader, options=options, stop=stop, on_block=on_block,
-                            turn_model=turn_loader,
+                            models=models,
                             on_words=level.words if level is not None else None)  # fmt: skip
     finally:
         if level is not None:
             level.clear()
         loader.wait()  # never exit while the engine loads in native code (it aborts)
-        if turn_loader is not None:
-            turn_loader.wait()
+        if models is not None:
+            models.wait()
+    if models is not None and input_file is None:
+        models.keep(settings.home)
     return keys.ended(result) if keys is not None else result
 
 

@@ -40,8 +40,8 @@ from vocal.config import Settings, bad_setting
 from vocal.errors import VocalError
 from vocal.hearing.early import TurnTranscripts
 from vocal.hearing.endofturn import EndOfTurnOptions, PauseJudge
-from vocal.hearing.smart_turn import TurnModelLoader
 from vocal.hearing.stt_loading import SttLoader
+from vocal.hearing.turn_models import EndOfTurnModels
 from vocal.stt import SttEngine, Transcript
 
 #: How long the fixed-window mode records when no --seconds is given.
@@ -315,7 +315,8 @@ def listen(
     stop: threading.Event | None = None,
     on_block: BlockHook | None = None,
     close_source: bool = True,
-    turn_model: TurnModelLoader | None = None,
+    models: EndOfTurnModels | None = None,
+    context: str | None = None,
     on_words: Callable[[str], object] | None = None,
 ) -> ListenResult:
     """Record one utterance from the opened `source`, then transcribe it.
@@ -329,8 +330,10 @@ def listen(
             once the source is open.
         stop: set it to end the recording now (Ctrl-C, the control channel).
         on_block: called with each block and the endpointer's state (a level meter).
-        turn_model: Smart Turn loading in the background for the end-of-turn stage
-            (`options.end_of_turn`); None judges pauses by the early transcript alone.
+        models: the end-of-turn stage's models loading in the background, and the person's
+            rhythm, learnt further in this turn (`options.end_of_turn`); None judges pauses
+            by the last word alone.
+        context: the line the person answers (the agent's), for the words' model.
         on_words: called (from another thread) with each transcript made while the person
             speaks, partial ones included (vocal.hearing.early.TurnTranscripts); None makes
             no partial ones.
@@ -350,14 +353,18 @@ def listen(
     transcripts = TurnTranscripts(stt, live=live, on_words=on_words)
     judge = None
     if options.vad and options.end_of_turn.enabled:
+        models = models or EndOfTurnModels()
         judge = PauseJudge(
             options.end_of_turn,
-            model=(lambda: turn_model.model()) if turn_model is not None else (lambda: None),
+            model=models.audio_model,
+            words=models.words_model,
+            context=context,
+            rhythm=models.rhythm,
             texts=transcripts,
             wait=not live,
         )
-        if not live and turn_model is not None:
-            turn_model.wait()  # a live turn's model loads while the person speaks
+        if not live:
+            models.wait()  # a live turn's models load while the person speaks
 
     try:
         endpointer, marks = record(
