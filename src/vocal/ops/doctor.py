@@ -138,6 +138,7 @@ def run_checks(options: DoctorOptions = DoctorOptions()) -> list[Check]:
     """Every check, in the order a person would fix them."""
     from vocal.config import Settings, load_settings
     from vocal.ops.echo_check import check_kept_echo
+    from vocal.ops.turn_check import check_end_of_turn
     from vocal.stt import default_engine_name
 
     checks: list[Check] = []
@@ -165,6 +166,7 @@ def run_checks(options: DoctorOptions = DoctorOptions()) -> list[Check]:
     checks.append(guarded("state directory", check_state_dir, settings.home))
     checks.append(guarded("state files", check_quarantine, settings.home))
     checks.append(guarded("conch", check_conch, settings))
+    checks.append(guarded("end of turn", check_end_of_turn, settings))
     results = {probe.engine: probe.result() for probe in probes}
     checks.extend(check_engines(stt_engine, results))
     checks.extend(check_models(settings.stt_model, stt_engine, results[stt_engine]))
