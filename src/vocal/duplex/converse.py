@@ -259,7 +259,7 @@ class _Run:
             # beside playback, AEC and Whisper's warm-up lost a barge-in's onset (1 run in 4).
             from vocal.hearing.turn_models import EndOfTurnModels
 
-            parts.turn_models = EndOfTurnModels.start(self.settings)
+            parts.turn_models = EndOfTurnModels.start(self.settings, context=parts.text)
         self.phase = "listening"
         turn.set_phase(TurnPhase.LISTENING)
         rebuild = parts.echo_free.samples_for if parts.echo_free is not None else None

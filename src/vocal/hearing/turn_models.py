@@ -27,17 +27,19 @@ class EndOfTurnModels:
     rhythm: Rhythm | None = None
 
     @classmethod
-    def start(cls, settings: Settings, *, person: bool = True) -> EndOfTurnModels:
+    def start(
+        cls, settings: Settings, *, person: bool = True, context: str | None = None
+    ) -> EndOfTurnModels:
         """Start loading the models the settings ask for. `person`: a person at the
         microphone, whose rhythm is read from the state directory (a file given with --input
-        learns within itself only)."""
+        learns within itself only). `context`: the line they answer, read ahead."""
         from vocal.hearing.rhythm import Rhythm, load_rhythm
         from vocal.hearing.smart_turn import TurnModelLoader
         from vocal.hearing.words_model import WordsModelLoader
 
         return cls(
             turn=TurnModelLoader(),
-            words=WordsModelLoader() if settings.words_model else None,
+            words=WordsModelLoader(context=context) if settings.words_model else None,
             rhythm=load_rhythm(settings.home) if person else Rhythm(),
         )
 

@@ -163,13 +163,16 @@ class WordsModel:
 
 
 class WordsModelLoader:
-    """Loads `WordsModel` in a daemon thread, started at construction, and asks it once (the
-    first call in a process is slower). `model()` never waits: None until ready, or for good
-    when loading failed (`error` says why; the turn goes on with the voice and the last word).
-    """
+    """Loads `WordsModel` in a daemon thread, started at construction, and asks it once with
+    `context` (the agent's line) and no words. `model()` never waits: None until ready, or for
+    good when loading failed (`error` says why; the turn goes on with the voice and the last
+    word)."""
 
-    def __init__(self, model_path: str | os.PathLike | None = None) -> None:
+    def __init__(
+        self, model_path: str | os.PathLike | None = None, *, context: str | None = None
+    ) -> None:
         self.started_at_s = time.monotonic()
+        self._context = context
         self.ready_at_s: float | None = None
         self.error: BaseException | None = None
         self._model: WordsModel | None = None
@@ -180,7 +183,9 @@ class WordsModelLoader:
     def _run(self) -> None:
         try:
             model = WordsModel(self._path, threads=1)
-            model.p_end("warm up")
+            # The warm-up reads the system line and the agent's, which then stay in
+            # llama.cpp's cache: the first pause reads only the person's words.
+            model.p_end("", self._context)
             self._model = model
         except BaseException as exc:  # reported through `error`, never raised in a turn
             self.error = exc
