@@ -171,6 +171,8 @@ class ListenResult:
             "turn": self.turn,
             "stt_engine": self.stt_engine,
             "stt_fallback_reason": self.stt_fallback_reason,
+            # A decode that said a phrase twice and was retried or mended (vocal.stt.repeats).
+            "stt_repaired": self.transcript.repaired if self.transcript else None,
             "hints": self.hints,
         }
 

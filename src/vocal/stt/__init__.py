@@ -42,7 +42,8 @@ class Transcript:
 
     `engine` names the engine that made it (None: the engine it was asked of; a remote
     engine's local fallback names the local one); `fallback_reason` is why the local fallback
-    made it instead of the remote engine (vocal.stt.fallback), None when it did not."""
+    made it instead of the remote engine (vocal.stt.fallback), None when it did not. A segment
+    that was mended holds `repaired` and what was `heard` (see `repaired`)."""
 
     text: str
     language: str | None = None
@@ -51,6 +52,13 @@ class Transcript:
     segments: list[dict] = field(default_factory=list)
     engine: str | None = None
     fallback_reason: str | None = None
+
+    @property
+    def repaired(self) -> str | None:
+        """How a decode that said a phrase twice was mended (vocal.stt.repeats): "retried"
+        (decoded again), "removed" (the repetition cut out), or None when none was. Kept in
+        the segments, which cross the recognizer's process (vocal.hearing.stt_process)."""
+        return next((s["repaired"] for s in self.segments if s.get("repaired")), None)
 
 
 class SttEngine(Protocol):

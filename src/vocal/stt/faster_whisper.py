@@ -16,8 +16,22 @@ window, and the encoder's cost on those 3000 frames is most of a short turn's tr
 `SHORT_WINDOW_MIN_S` (as whisper.cpp's `audio_ctx` does). Below ~8 s Whisper starts to loop on
 one-word clips ("Stop." came out as 223 words with a 5 s window; none did at 8 s or more on
 11 test phrases, which were otherwise transcribed word for word as with 30 s). A decode that
-looks like a loop (compression ratio over 2.4, or as many tokens as the cap allows) or like
-silence is not trusted: the clip is transcribed again the usual way, with the 30 s window.
+looks like a loop (compression ratio over 2.4, or as many tokens as the cap allows) is
+decoded again with a repetition penalty (below), and if that too looks like a loop the clip is
+transcribed again the usual way, with the 30 s window.
+
+A decode that says a phrase twice (vocal.stt.repeats: "Run the tests. Run the tests."; issue
+36) passes that check. It is decoded again from the same encoded audio with a repetition
+penalty (`RETRY_REPETITION_PENALTY`), which costs one more decode and no encoding (the 30 s
+window costs a 30 s encoding, about 1 s more here); on the loops found on spoken commands the
+retry gave the words said, where blocking repeated n-grams reworded them and greedy decoding
+looped again (benchmarks/decode, RESULTS). A retry that still repeats a phrase of three words
+or more is cut to one copy; a two-word phrase that the retry still repeats is kept as said
+(vocal.stt.repeats.mend). A retry or a cut is in the segment (`repaired`, and what was
+`heard`). Every decode is capped in proportion to the
+audio's length (`token_cap`), the 30 s window's too, so a loop cannot run long. Nothing here
+samples: the same audio gives the same words, so an early transcript and the final one of the
+same utterance agree.
 """
 
 from __future__ import annotations
@@ -29,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from vocal.errors import EngineError
 from vocal.hub import first_line, hub_snapshot
-from vocal.stt import Transcript
+from vocal.stt import Transcript, repeats
 from vocal.stt.models import (
     EMBEDDED_MODEL,
     choose_language,
@@ -37,6 +51,7 @@ from vocal.stt.models import (
     local_model_dir,
     looks_like_path,
 )
+from vocal.stt.repeats import find_repeat, mend
 
 if TYPE_CHECKING:
     import numpy as np
@@ -56,6 +71,13 @@ SHORT_WINDOW_MIN_S = 10
 COMPRESSION_RATIO_MAX = 2.4
 NO_SPEECH_PROB = 0.6
 LOG_PROB_MIN = -1.0
+#: The retry of a decode that repeats a phrase (module docstring): 1.1 and 1.3 both gave the
+#: words said on every loop found; the milder one changes least of what was heard.
+RETRY_REPETITION_PENALTY = 1.1
+#: Whisper's text context, and the most new tokens that fit in it after the longest prompt
+#: (hints, the start-of-previous token, the start sequence and no-timestamps).
+MAX_LENGTH = 448
+MAX_NEW_TOKENS = MAX_LENGTH - (MAX_PROMPT_TOKENS + 1) - 4
 
 #: (model directory, compute type, threads) -> loaded WhisperModel, for this process.
 _MODELS: dict[tuple[str, str, int], Any] = {}
@@ -73,9 +95,9 @@ HUB_FILES = [
 
 
 def token_cap(duration_s: float) -> int:
-    """The most tokens a short-window decode may take: speech runs at 2-4 tokens a second, so
-    a decode that reaches this is a loop."""
-    return 16 + round(8 * duration_s)
+    """The most tokens a decode of `duration_s` of audio may take (vocal.stt.repeats), at most
+    `MAX_NEW_TOKENS` so that the longest prompt still fits."""
+    return min(MAX_NEW_TOKENS, repeats.token_cap(duration_s))
 
 
 def resolve_model_dir(model: str) -> Path:
@@ -182,29 +204,22 @@ class FasterWhisperEngine:
         if self.short_window and self.language and duration_s <= SHORT_WINDOW_MAX_S:
             short = self._transcribe_short(samples)
             if short is not None:
-                text, window_s, no_speech_prob = short
+                text, segment = short
                 return Transcript(
                     text=text,
                     language=self.language,
                     duration_s=duration_s,
                     transcribe_s=time.perf_counter() - started,
-                    segments=[
-                        {
-                            "start": 0.0,
-                            "end": duration_s,
-                            "text": text,
-                            "no_speech_prob": no_speech_prob,
-                            "window_s": window_s,
-                        }
-                    ]
+                    segments=[{"start": 0.0, "end": duration_s, "text": text, **segment}]
                     if text
                     else [],
                 )
         return self._transcribe_full(samples, started)
 
-    def _transcribe_short(self, samples: np.ndarray) -> tuple[str, float, float] | None:
-        """(text, window, no-speech probability) from a window fitted to the clip, or None
-        when the decode is not to be trusted (a loop) and the 30 s window must decide."""
+    def _transcribe_short(self, samples: np.ndarray) -> tuple[str, dict] | None:
+        """(text, the segment's other fields: window, no-speech probability, any repair) from
+        a window fitted to the clip, or None when the decode is not to be trusted (a loop)
+        and the 30 s window must decide."""
         import ctranslate2
         import numpy as np
         from faster_whisper.tokenizer import Tokenizer
@@ -227,29 +242,87 @@ class FasterWhisperEngine:
             before = [tokenizer.sot_prev, *tokenizer.encode(" " + self.hints)[-MAX_PROMPT_TOKENS:]]
         prompt = [*before, *tokenizer.sot_sequence, tokenizer.no_timestamps]
         cap = token_cap(samples.shape[0] / 16_000)
-        result = model.model.generate(
-            encoded,
-            [prompt],
-            beam_size=self.beam_size,
-            max_length=len(prompt) + cap,
-            return_scores=True,
-            return_no_speech_prob=True,
-            suppress_blank=True,
-            suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
-        )[0]
+
+        def decode(**options: float) -> tuple[str, Any, bool]:
+            """(text, result, whether it ran away: hit the cap or compresses like a loop)."""
+            result = model.model.generate(
+                encoded,
+                [prompt],
+                beam_size=self.beam_size,
+                max_length=len(prompt) + cap,
+                return_scores=True,
+                return_no_speech_prob=True,
+                suppress_blank=True,
+                suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
+                **options,
+            )[0]
+            tokens = result.sequences_ids[0]
+            text = tokenizer.decode(tokens).strip()
+            ran_away = len(tokens) >= cap or get_compression_ratio(text) > COMPRESSION_RATIO_MAX
+            return text, result, ran_away
+
+        text, result, ran_away = decode()
+        segment: dict[str, Any] = {}
+        if ran_away or find_repeat(text) is not None:
+            retry_text, retry_result, retry_ran_away = decode(
+                repetition_penalty=RETRY_REPETITION_PENALTY
+            )
+            how: str | None
+            if ran_away:  # the retry only if it is clean, else the 30 s window decides
+                if retry_ran_away or find_repeat(retry_text) is not None:
+                    return None
+                mended, how = retry_text, "retried"
+            else:
+                mended, how = mend(text, None if retry_ran_away else retry_text)
+            if how == "retried":
+                result = retry_result
+            if how is not None:
+                segment = {"repaired": how, "heard": text}
+                text = mended
         tokens = result.sequences_ids[0]
-        text = tokenizer.decode(tokens).strip()
         avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
-        if len(tokens) >= cap or get_compression_ratio(text) > COMPRESSION_RATIO_MAX:
-            return None
         if result.no_speech_prob > NO_SPEECH_PROB and avg_logprob < LOG_PROB_MIN:
             text = ""  # Whisper's own rule for a window with nobody speaking in it
         if not any(c.isalnum() for c in text):
             text = ""  # "." or "..." for silence or noise is no words
-        return text, window / 100, float(result.no_speech_prob)
+        return text, {
+            "no_speech_prob": float(result.no_speech_prob),
+            "window_s": window / 100,
+            **segment,
+        }
 
     def _transcribe_full(self, samples: np.ndarray, started: float) -> Transcript:
-        """faster-whisper's own transcription, 30 s windows."""
+        """faster-whisper's own transcription, 30 s windows, each decode capped; a transcript
+        that repeats a phrase is made again with the repetition penalty (module docstring)."""
+        duration_s = samples.shape[0] / 16_000
+        kept, language = self._decode_full(samples, duration_s)
+        text = " ".join(s["text"] for s in kept if s["text"]).strip()
+        if find_repeat(text) is not None:
+            retry, _ = self._decode_full(
+                samples, duration_s, repetition_penalty=RETRY_REPETITION_PENALTY
+            )
+            retry_text = " ".join(s["text"] for s in retry if s["text"]).strip()
+            heard = text
+            text, how = mend(heard, retry_text)
+            if how == "retried":
+                kept = retry
+            if how is not None and kept:  # one segment: a repair may span several
+                repair = {"text": text, "end": kept[-1]["end"], "repaired": how, "heard": heard}
+                kept = [kept[0] | repair]
+        if not any(c.isalnum() for c in text):
+            text = ""
+        return Transcript(
+            text=text,
+            language=language,
+            duration_s=duration_s,
+            transcribe_s=time.perf_counter() - started,
+            segments=kept,
+        )
+
+    def _decode_full(
+        self, samples: np.ndarray, duration_s: float, repetition_penalty: float = 1.0
+    ) -> tuple[list[dict], str]:
+        """faster-whisper's segments (as dicts) and language for `samples`."""
         segments, info = self._model.transcribe(
             samples,
             language=self.language,
@@ -259,6 +332,8 @@ class FasterWhisperEngine:
             without_timestamps=True,
             vad_filter=False,
             initial_prompt=self.hints,
+            max_new_tokens=token_cap(duration_s),
+            repetition_penalty=repetition_penalty,
         )
         kept = [
             {
@@ -269,13 +344,4 @@ class FasterWhisperEngine:
             }
             for s in segments  # a generator: decoding happens here
         ]
-        text = " ".join(s["text"] for s in kept if s["text"]).strip()
-        if not any(c.isalnum() for c in text):
-            text = ""
-        return Transcript(
-            text=text,
-            language=info.language,
-            duration_s=samples.shape[0] / 16_000,
-            transcribe_s=time.perf_counter() - started,
-            segments=kept,
-        )
+        return kept, info.language

@@ -10,6 +10,14 @@ as it is; other names come from the hub's mlx-community conversions.
 
 CI exercises this engine on Linux x86_64 through `mlx[cpu]` (docs/design.md), with float32 weights:
 float16 is what the Apple GPU is fast at, and what the CPU is slow at.
+
+Loops (issue 36, vocal.stt.repeats): each window's decode is capped in proportion to the
+audio's length (`sample_len`), and a transcript that says a phrase of three words or more
+twice is cut to one copy, the segment saying so (`repaired`, `heard`). No retry, unlike
+faster-whisper: mlx-whisper has no repetition penalty (and no beam search), a sampled retry
+would make the same audio give different words, and this engine decodes Whisper's 30 s window,
+where the loops that faster-whisper's short window made on spoken commands did not recur
+(issue 36's results).
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from vocal.stt.models import (
     local_model_dir,
     looks_like_path,
 )
+from vocal.stt.repeats import find_repeat, mend, token_cap
 
 if TYPE_CHECKING:
     import numpy as np
@@ -62,6 +71,8 @@ HUB_MODELS = {
 HUB_FILES = ["config.json", "weights.npz", "weights.safetensors"]
 #: Bumped when the conversion changes, so stale caches are not reused.
 CONVERTER_VERSION = 1
+#: The most tokens mlx-whisper samples in one window (its own default: half the context).
+MAX_SAMPLE_LEN = 224
 
 _LOCK = threading.Lock()
 _WORKER: _MlxThread | None = None
@@ -416,17 +427,9 @@ class MlxWhisperEngine:
         samples = audio.for_stt().mono_samples
         started = time.perf_counter()
         result = on_mlx_thread(self._decode, samples)
-        segments = [
-            {
-                "start": s.get("start"),
-                "end": s.get("end"),
-                "text": str(s.get("text", "")).strip(),
-                "no_speech_prob": s.get("no_speech_prob"),
-            }
-            for s in result.get("segments", [])
-        ]
+        text, segments = said_once(result)
         return Transcript(
-            text=str(result.get("text", "")).strip(),
+            text=text,
             language=result.get("language"),
             duration_s=samples.shape[0] / 16_000,
             transcribe_s=time.perf_counter() - started,
@@ -446,4 +449,28 @@ class MlxWhisperEngine:
             without_timestamps=True,
             verbose=None,
             initial_prompt=self.hints,
+            # Whisper's prompt takes at most half its 448-token context: the other half.
+            sample_len=min(MAX_SAMPLE_LEN, token_cap(samples.shape[0] / 16_000)),
         )
+
+
+def said_once(result: dict) -> tuple[str, list[dict]]:
+    """(text, segments) of an mlx-whisper result, a phrase said twice cut to one copy (module
+    docstring): the segments then become one, marked `repaired` with what was `heard`."""
+    segments = [
+        {
+            "start": s.get("start"),
+            "end": s.get("end"),
+            "text": str(s.get("text", "")).strip(),
+            "no_speech_prob": s.get("no_speech_prob"),
+        }
+        for s in result.get("segments", [])
+    ]
+    text = str(result.get("text", "")).strip()
+    if segments and find_repeat(text) is not None:
+        heard = text
+        text, how = mend(heard)
+        if how is not None:
+            mended = {"end": segments[-1]["end"], "text": text, "repaired": how, "heard": heard}
+            segments = [segments[0] | mended]
+    return text, segments
