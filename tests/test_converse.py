@@ -33,6 +33,7 @@ from vocal.audio.wav import read_wav, write_wav
 from vocal.config import load_settings
 from vocal.floor.conch import Conch
 from vocal.floor.control import find_endpoint, send_command
+from vocal.hearing.endofturn import EndOfTurnOptions
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]
 
@@ -411,17 +412,27 @@ def test_a_person_pausing_mid_sentence_is_waited_for(room) -> None:
     code, result, err = converse(REPLY, "--no-speech-timeout", "4", timeout_s=90)
     assert code == 0, err
     pauses = result["turn"]["pauses"]
-    assert any(p["verdict"] == "unfinished" and p["resumed"] for p in pauses), pauses
+    # Waited through: the person came back after a second or more of silence.
+    assert any(p["resumed"] and p["silence_ms"] >= 1000 for p in pauses), pauses
     assert result["end_reason"] != "silence" or len(pauses) > 1
     assert word_error_rate(turn.text, result["text"]) <= 0.35, (turn.text, result["text"])
     assert not words_in(result["text"], REPLY_WORDS), result["text"]
 
 
-def test_a_finished_answer_is_returned_sooner_than_the_window(room) -> None:
-    """A whole sentence: the turn model ends the answer before the 700 ms window would."""
+def test_a_finished_answer_ends_after_the_shortest_wait(room) -> None:
+    """A whole sentence: the voice, the full stop and the words (which read the reply as the
+    question) end the answer after the shortest wait (the transcript and the words read while
+    it runs; a loaded machine reads them later, and the pause is held until they are)."""
     turn = corpus_turn("arctic-slt-a0009.complete")
     room.say(turn.path, delay_s=4.0, after="far")
     code, result, err = converse(REPLY, "--no-speech-timeout", "4", timeout_s=90)
     assert code == 0, err
     assert result["end_reason"] == "turn_complete", result["turn"]
-    assert result["timings"]["endpoint_s"] < 0.6, result["timings"]
+    # Sure, or nearly (a model still loading on a loaded machine leaves the other to decide):
+    # far from the cap, and ended as soon as the wait was set and had passed.
+    last = result["turn"]["pauses"][-1]
+    options = EndOfTurnOptions()
+    assert last["wait_ms"] < options.max_pause_ms / 2, last
+    assert last["wait_ms"] >= options.finished_ms, last
+    waited_s = max(last["wait_ms"], last["decided_ms"]) / 1000
+    assert result["timings"]["endpoint_s"] < waited_s + 0.3, (result["timings"], last)
