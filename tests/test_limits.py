@@ -299,9 +299,12 @@ def test_endpoint_options_refuse_nan_and_infinity(options: dict) -> None:
         {"max_pause_ms": math.nan},
         {"max_pause_ms": math.inf},
         {"check_ms": math.inf, "max_pause_ms": math.inf},
-        {"audio_complete": math.nan},
+        {"audio_finished": math.nan},
         {"audio_unfinished": math.inf},
-        {"text_complete_audio": -math.inf},
+        {"words_finished": -math.inf},
+        {"words_unfinished": math.nan},
+        {"finished_ms": math.nan},
+        {"finished_ms": math.inf, "max_pause_ms": math.inf},
     ],
 )
 def test_end_of_turn_options_refuse_nan_and_infinity(options: dict) -> None:
@@ -312,7 +315,7 @@ def test_end_of_turn_options_refuse_nan_and_infinity(options: dict) -> None:
 def test_valid_options_still_build() -> None:
     EndpointOptions()
     EndOfTurnOptions()
-    EndOfTurnOptions(enabled=False, check_ms=0, max_pause_ms=0)
+    EndOfTurnOptions(enabled=False, check_ms=0, finished_ms=1, max_pause_ms=1)
 
 
 @pytest.fixture
