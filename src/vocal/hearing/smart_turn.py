@@ -18,12 +18,11 @@ so it never delays the microphone.
 from __future__ import annotations
 
 import os
-import threading
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vocal.errors import EngineError
+from vocal.hearing.background import BackgroundLoader
 
 if TYPE_CHECKING:
     import numpy as np
@@ -139,40 +138,16 @@ class SmartTurn:
         return float(output.reshape(-1)[0])
 
 
-class TurnModelLoader:
-    """Loads `SmartTurn` in a daemon thread, started at construction, then runs it once (its
-    first call in a process is ~2x slower). `model()` never waits: None until ready, or for
-    good when loading failed (`error` says why; the turn then goes on with the text alone)."""
+class TurnModelLoader(BackgroundLoader[SmartTurn]):
+    """Loads `SmartTurn` in a daemon thread and runs it once (its first call in a process is
+    ~2x slower); the turn goes on with the text alone until it is ready, or if it fails."""
 
     def __init__(self, model_path: str | os.PathLike | None = None) -> None:
-        self.started_at_s = time.monotonic()
-        self.ready_at_s: float | None = None
-        self.error: BaseException | None = None
-        self._model: SmartTurn | None = None
-        self._path = model_path
-        self._thread = threading.Thread(target=self._run, name="vocal-turn-load", daemon=True)
-        self._thread.start()
+        super().__init__(lambda: _warmed(SmartTurn(model_path)), name="vocal-turn-load")
 
-    def _run(self) -> None:
-        try:
-            model = SmartTurn(self._path)
-            import numpy as np
 
-            model.probability(np.zeros(SMART_TURN_SAMPLE_RATE, np.float32))
-            self._model = model
-        except BaseException as exc:  # reported through `error`, never raised in a turn
-            self.error = exc
-        finally:
-            self.ready_at_s = time.monotonic()
+def _warmed(model: SmartTurn) -> SmartTurn:
+    import numpy as np
 
-    def model(self) -> SmartTurn | None:
-        return self._model
-
-    def wait(self, timeout_s: float | None = None) -> SmartTurn | None:
-        """Wait for loading to end; the model, or None when it failed."""
-        self._thread.join(timeout_s)
-        return self._model
-
-    @property
-    def load_s(self) -> float | None:
-        return None if self.ready_at_s is None else self.ready_at_s - self.started_at_s
+    model.probability(np.zeros(SMART_TURN_SAMPLE_RATE, np.float32))
+    return model

