@@ -86,7 +86,7 @@ def listen(
     With --vad (the default) the turn ends when the speaker has finished, not merely paused:
     after --turn-check-ms (160 ms) of silence the voice (Smart Turn v3), the last word and a
     small language model of the words so far (SmolLM2, with vocal[words]) set how long the
-    silence must last. When all say finished it is short (0.4 s); the less sure they are, the
+    silence must last. When all say finished it is short (0.5 s); the less sure they are, the
     longer; when the words say unfinished ("merge the branch and then ...") it is
     --max-pause-ms (2.5 s). A speaker seen to resume after long pauses is given longer ones
     (learnt per user). With --no-turn-model every pause ends the turn after --silence-ms
