@@ -324,13 +324,13 @@ def test_a_transcript_slower_than_the_wait_is_still_waited_for(
 
 
 def test_the_persons_long_pauses_lengthen_the_wait() -> None:
-    """A speaker who came back after 1.1 s of silence is given longer than that at the next
+    """A speaker who came back after 0.9 s of silence is given longer than that at the next
     sure pause (the rhythm's floor), where a new speaker would have been cut at the shortest
     wait; and the turn's pauses are what the rhythm keeps."""
-    samples = chunks(*SPEECH, *silence_chunks(1100), *SPEECH, *silence_chunks(3000))
+    samples = chunks(*SPEECH, *silence_chunks(900), *SPEECH, *silence_chunks(3000))
     rhythm = Rhythm()
     e, judge = judged(samples, Model(0.1, 0.99), Texts("I went to", "the shop."),
                       words=Model(0.9), rhythm=rhythm)  # fmt: skip
-    assert judge.pauses[0].resumed and rhythm.resumed_ms and rhythm.longest_ms >= 1100
-    assert ended_after_ms(e) >= 1.25 * 1100
+    assert judge.pauses[0].resumed and rhythm.resumed_ms and rhythm.longest_ms >= 900
+    assert ended_after_ms(e) >= 1.25 * 900
     assert judge.pauses[1].rhythm_floor_ms == pytest.approx(1.25 * rhythm.longest_ms)

@@ -10,6 +10,7 @@ import pytest
 from vocal.hearing.rhythm import (
     FLOOR_RATIO,
     KEEP_WEIGHT,
+    MAX_PAUSE_MS,
     MIN_PAUSE_MS,
     RHYTHM_FILE,
     Rhythm,
@@ -20,7 +21,7 @@ from vocal.hearing.rhythm import (
 
 def test_only_pauses_resumed_from_and_long_enough_count() -> None:
     rhythm = Rhythm()
-    for pause_ms in (MIN_PAUSE_MS - 1, float("nan"), float("inf"), 600.0, 900.0):
+    for pause_ms in (MIN_PAUSE_MS - 1, float("nan"), float("inf"), MAX_PAUSE_MS + 1, 600.0, 900.0):
         rhythm.resumed(pause_ms)
     assert rhythm.resumed_ms == [600.0, 900.0]
     assert rhythm.floor_ms(2500) == pytest.approx(FLOOR_RATIO * 900)
