@@ -393,9 +393,10 @@ class PauseJudge:
                 return self._hold(endpointer)  # the words are on their way
             self._text_read = True
             if text is not None:
-                decision.text, decision.text_verdict = text, text_verdict(text).value
+                last_word = text_verdict(text)
+                decision.text, decision.text_verdict = text, last_word.value
                 words = self._words()
-                if words is not None and text_verdict(text) is not Verdict.UNFINISHED:
+                if words is not None and last_word is not Verdict.UNFINISHED:
                     context = self._context
                     self._words_call = _Call(
                         lambda: words.p_end(text, context), wait=self._wait, name="vocal-words"
