@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from harness.room_effects import small_room
 from harness.sounds import espeak
 from vocal.audio.devices import Block
 from vocal.audio.wav import resample
@@ -22,17 +23,6 @@ REPLY = "The build finished. All forty two tests passed, and the report is in th
 PERSON = "please stop and open the settings file"
 
 
-def room(reference: np.ndarray, delay_s: float = 0.12) -> np.ndarray:
-    """`reference` through a room: a direct path (gain 0.5) and a decaying 40 ms tail."""
-    rng = np.random.default_rng(3)
-    ir = np.zeros(round((delay_s + 0.05) * RATE), np.float32)
-    start = round(delay_s * RATE)
-    ir[start] = 0.5
-    tail = rng.standard_normal(640).astype(np.float32) * np.exp(-np.arange(640) / 160) * 0.02
-    ir[start + 1 : start + 641] += tail
-    return np.convolve(reference, ir)[: reference.shape[0]].astype(np.float32)
-
-
 @pytest.fixture(scope="module")
 def speech() -> tuple[np.ndarray, np.ndarray]:
     reply = espeak(REPLY)
@@ -43,7 +33,7 @@ def speech() -> tuple[np.ndarray, np.ndarray]:
 
 def test_the_fit_removes_the_echo_and_leaves_the_person(speech) -> None:
     reply, person = speech
-    raw = room(reply)
+    raw = small_room(reply)
     onset = round(3.5 * RATE)  # the person starts 3.5 s into the reply, over it
     raw[onset : onset + person.shape[0]] += 0.6 * person[: raw.shape[0] - onset]
     path = best_echo_path(reply, raw, onset)
@@ -61,7 +51,7 @@ def test_a_late_onset_estimate_still_fits_on_the_reply_alone(speech) -> None:
     """The detector's onset can be a second late (the person started under the echo): the
     candidates that end earlier fit on the reply alone."""
     reply, person = speech
-    raw = room(reply)
+    raw = small_room(reply)
     true_onset = round(3.0 * RATE)
     raw[true_onset : true_onset + person.shape[0]] += 0.6 * person[: raw.shape[0] - true_onset]
     path = best_echo_path(reply, raw, true_onset + round(0.9 * RATE))
@@ -75,8 +65,8 @@ def test_a_fit_after_a_glitch_follows_the_moved_echo_path(speech) -> None:
     not."""
     reply, person = speech
     glitch, onset = round(2.0 * RATE), round(4.5 * RATE)
-    raw = room(reply)
-    raw[glitch:] = room(reply, delay_s=0.19)[glitch:]  # the path 70 ms later from here on
+    raw = small_room(reply)
+    raw[glitch:] = small_room(reply, delay_s=0.19)[glitch:]  # the path 70 ms later from here on
     raw[onset : onset + person.shape[0]] += 0.6 * person[: raw.shape[0] - onset]
     wanted = 0.6 * person[: raw.shape[0] - onset]
 
@@ -95,7 +85,7 @@ def test_a_distorting_loudspeaker_is_not_fitted_well_enough(speech) -> None:
     reply, _ = speech
     # Hard clipping at a quarter of the peak: most of the echo is no linear function of it.
     clipped = np.clip(reply, -0.25 * np.max(np.abs(reply)), 0.25 * np.max(np.abs(reply)))
-    raw = room(np.sign(clipped) * np.abs(clipped) ** 0.3)
+    raw = small_room(np.sign(clipped) * np.abs(clipped) ** 0.3)
     path = best_echo_path(reply, raw, round(3.5 * RATE))
     assert path is not None and path.removed_db < MIN_ECHO_REMOVED_DB
 
@@ -106,7 +96,7 @@ def test_the_taps_rebuild_blocks_as_the_microphone_hands_them_out(speech) -> Non
     out after a barge-in comes back without the reply, matched by its stamp."""
     reply, person = speech
     played = resample(reply, RATE, 24_000)
-    raw = room(reply)
+    raw = small_room(reply)
     onset = round(3.0 * RATE)
     raw[onset : onset + person.shape[0]] += 0.6 * person[: raw.shape[0] - onset]
     taps = OnsetTaps(24_000, RATE)
@@ -149,7 +139,7 @@ def test_a_person_who_began_under_the_echo_is_traced_back_to_their_first_word(sp
     clip = next(c for c in load_clips() if c.id == "sas-0880")
     audio = read_wav(clip.path)
     person = resample(audio.mono_samples, audio.sample_rate, RATE)
-    raw = room(reply)
+    raw = small_room(reply)
     frames = person[: person.shape[0] // 160 * 160].reshape(-1, 160)
     energy = np.mean(frames.astype(np.float64) ** 2, axis=1)
     first_sound = int(np.argmax(energy > 1e-3 * energy.max())) * 160  # within 30 dB of its peak
@@ -228,13 +218,13 @@ def test_a_path_that_moved_unseen_before_the_onset_is_not_fitted_from_before(spe
     the onset rules them out: what is fitted, if anything, is the path as it is now."""
     reply, _ = speech
     step, onset = round(2.9 * RATE), round(3.5 * RATE)
-    raw = room(reply)
-    raw[step:] = room(reply, delay_s=0.14)[step:]  # 20 ms later from here on
+    raw = small_room(reply)
+    raw[step:] = small_room(reply, delay_s=0.14)[step:]  # 20 ms later from here on
     before = round(0.12 * RATE)
     path = best_echo_path(reply, raw, onset)
     assert path is None or abs(path.delay_samples - before) > round(0.01 * RATE)
     # The same stretch with the path still: the fit of the path before is the one taken.
-    still = best_echo_path(reply, room(reply), onset)
+    still = best_echo_path(reply, small_room(reply), onset)
     assert still is not None and abs(still.delay_samples - before) <= 2
 
 

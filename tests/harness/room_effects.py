@@ -483,3 +483,18 @@ def room_noise(
             chatter_loop(corpus_speech(sample_rate), config.seed + 3, sample_rate), rms
         )
     return WhiteNoise(rms, config.seed + 1)  # the seed white noise has always had
+
+
+def small_room(
+    reference: np.ndarray, delay_s: float = 0.12, sample_rate: int = 16_000
+) -> np.ndarray:
+    """`reference` through a small fixed room, offline: a direct path (gain 0.5) after
+    `delay_s` and a decaying 40 ms tail, the same tail at any delay (an underrun moves the
+    whole path). The echo fit's tests (tests/test_onset.py, tests/test_handoff.py) use it."""
+    rng = np.random.default_rng(3)
+    ir = np.zeros(round((delay_s + 0.05) * sample_rate), np.float32)
+    start = round(delay_s * sample_rate)
+    ir[start] = 0.5
+    tail = rng.standard_normal(640).astype(np.float32) * np.exp(-np.arange(640) / 160) * 0.02
+    ir[start + 1 : start + 641] += tail
+    return np.convolve(reference, ir)[: reference.shape[0]].astype(np.float32)

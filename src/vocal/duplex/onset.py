@@ -21,7 +21,6 @@ the two streams comes from the clock (the fitted delay absorbs its error).
 
 from __future__ import annotations
 
-import collections
 import math
 import threading
 import time
@@ -31,13 +30,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from vocal.duplex.echo_follow import PathSteps, follow_path
+from vocal.duplex.taps import StreamTap, clock_offset, joined, position_at
+
 if TYPE_CHECKING:
     from vocal.audio.devices import Block
 
 #: The capture rate the fit works at (the microphone's).
 SAMPLE_RATE = 16_000
-#: How much of each stream the taps keep.
-KEEP_S = 8.0
 #: The echo path's length the filter models: the direct sound and early reflections (96 ms).
 TAPS = 1536
 #: Taps before the strongest correlation (the path's onset is not sharp once resampled).
@@ -72,74 +72,21 @@ DISTINCT = 1.5
 MIN_ECHO_REMOVED_DB = 20.0
 #: A candidate this good ends the search (live on the room harness: 24-56 dB when it held).
 GOOD_ENOUGH_DB = 35.0
-#: The percentile of (callback time - position) that gives a stream's clock (`stream_clock_s`).
-CLOCK_PERCENTILE = 5.0
 #: Diagonal loading of the normal equations, relative to the reference's energy per tap.
 _LOADING = 1e-4
 
 
-class _Tap:
-    """The last `keep_s` of one stream: (stamp, samples before it, samples) per block."""
-
-    def __init__(self, sample_rate: int, keep_s: float = KEEP_S) -> None:
-        self.sample_rate = sample_rate
-        self.blocks: collections.deque[tuple[float, int, np.ndarray]] = collections.deque()
-        self.total = 0
-        self._keep = round(keep_s * sample_rate)
-        self._lock = threading.Lock()
-
-    def add(self, samples: np.ndarray, stamp_s: float) -> None:
-        with self._lock:
-            self.blocks.append((stamp_s, self.total, samples.copy()))
-            self.total += samples.shape[0]
-            while self.blocks and self.total - self.blocks[0][1] > self._keep:
-                self.blocks.popleft()
-
-    def snapshot(self) -> list[tuple[float, int, np.ndarray]]:
-        with self._lock:
-            return list(self.blocks)
-
-
-def _position_at(blocks: list[tuple[float, int, np.ndarray]], at_s: float, rate: int) -> float:
-    """The stream position (samples) played or captured at `at_s`, from the nearest block's
-    stamp (a stamp is taken when its block's callback runs: the block's end)."""
-    stamp, before, samples = min(blocks, key=lambda b: abs(b[0] - at_s))
-    return before + samples.shape[0] + (at_s - stamp) * rate
-
-
-def stream_clock_s(stamps: np.ndarray, ends: np.ndarray, rate: int) -> float:
-    """A stream's clock: the monotonic time at which its position 0 would have passed, such
-    that position p passes at `clock + p / rate`. From each callback's stamp and the
-    position at its block's end, the low envelope (5th percentile): a callback can run late
-    (the scheduler, PulseAudio handing two capture blocks at once: input stamps here spread
-    +-16 ms around their median), never before its block is due, so the earliest ones show
-    the stream's timing. The median instead put `vocal doctor --echo`'s delay 15 ms off."""
-    return float(np.percentile(stamps - ends / rate, CLOCK_PERCENTILE))
-
-
-def _clock_offset(raw_blocks: list[tuple[float, int, np.ndarray]],
-                  played_blocks: list[tuple[float, int, np.ndarray]], rate: int,
-                  played_rate: int) -> float:  # fmt: skip
-    """Where the capture stood minus where the output stood, in raw samples, at one instant,
-    through each stream's clock (`stream_clock_s`). One block would do on a steady clock, but
-    an output's first callbacks come in a burst (PortAudio filling the device's buffer), and
-    mapped through the first block the reference sat ~30 ms off its true delay."""
-
-    def clock(blocks: list[tuple[float, int, np.ndarray]], stream_rate: int) -> float:
-        stamps = np.array([stamp for stamp, _, _ in blocks])
-        ends = np.array([before + samples.shape[0] for _, before, samples in blocks])
-        return stream_clock_s(stamps, ends, stream_rate)
-
-    return (clock(played_blocks, played_rate) - clock(raw_blocks, rate)) * rate
-
-
-def _joined(blocks: list[tuple[float, int, np.ndarray]], start: int, stop: int) -> np.ndarray:
-    """Samples `start` to `stop` of a stream (zeros where the tap holds nothing)."""
-    out = np.zeros(max(0, stop - start), np.float32)
-    for _stamp, before, samples in blocks:
-        lo, hi = max(start, before), min(stop, before + samples.shape[0])
-        if lo < hi:
-            out[lo - start : hi - start] = samples[lo - before : hi - before]
+def _shifted(
+    reference: np.ndarray, heard_after: int, steps: tuple[tuple[int, int], ...]
+) -> np.ndarray:
+    """`reference` as played where the echo moved: from each step's raw index on (a reference
+    sample is heard `heard_after` samples later), later by its shift (samples)."""
+    out = reference.copy()
+    for i, (at, shift) in enumerate(steps):
+        start = max(0, at - heard_after)
+        stop = steps[i + 1][0] - heard_after if i + 1 < len(steps) else out.shape[0]
+        if stop > start:
+            out[start:stop] = _window(reference, start - shift, stop - shift)
     return out
 
 
@@ -295,8 +242,8 @@ class OnsetTaps:
 
     def __init__(self, render_sample_rate: int, capture_sample_rate: int = SAMPLE_RATE,
                  drift_ppm: float = 0.0) -> None:  # fmt: skip
-        self.raw = _Tap(capture_sample_rate)
-        self.played = _Tap(render_sample_rate)
+        self.raw = StreamTap(capture_sample_rate)
+        self.played = StreamTap(render_sample_rate)
         self.drift_ppm = drift_ppm
 
     def capture(self, block: np.ndarray) -> None:
@@ -315,12 +262,12 @@ class OnsetTaps:
             return None
         rate, played_rate = self.raw.sample_rate, self.played.sample_rate
         base = raw_blocks[0][1]
-        raw = _joined(raw_blocks, base, self.raw.total)
+        raw = joined(raw_blocks, base, self.raw.total)
         # The reply as played, on the raw stream's grid, through the clock.
-        frame = round((base - _clock_offset(raw_blocks, played_blocks, rate, played_rate))
+        frame = round((base - clock_offset(raw_blocks, played_blocks, rate, played_rate))
                       * played_rate / rate)  # fmt: skip
         count = math.ceil(raw.shape[0] * played_rate / rate) + played_rate
-        played = _joined(played_blocks, frame, frame + count)
+        played = joined(played_blocks, frame, frame + count)
         reference = played if played_rate == rate else resample(played, played_rate, rate)
         if self.drift_ppm:
             # Anchored at the newest capture: the path's delay there (the one a turn learns
@@ -343,7 +290,7 @@ class OnsetTaps:
                               rate=streams.rate)  # fmt: skip
         if path is None:
             return None
-        return EchoFreeOnset(self, streams.base, streams.reference, path)
+        return EchoFreeOnset(self, streams.base, streams.reference, path, fitted_from=earliest)
 
 
 @dataclass(frozen=True)
@@ -360,16 +307,90 @@ class AlignedStreams:
 
     def index(self, at_s: float) -> int:
         """The index in `raw` of the sample captured at monotonic time `at_s`."""
-        return round(_position_at(self.raw_blocks, at_s, self.rate)) - self.base
+        return round(position_at(self.raw_blocks, at_s, self.rate)) - self.base
 
 
 class EchoFreeOnset:
     """Raw capture minus the fitted echo, block by block, for the blocks a Microphone hands
-    out (matched to the raw tap by their stamps)."""
+    out (matched to the raw tap by their stamps); the echo shifted where the path was followed
+    to have moved (`steps`, vocal.duplex.echo_follow: raw indices from base)."""
 
-    def __init__(self, taps: OnsetTaps, base: int, reference: np.ndarray, path: EchoPath) -> None:
+    def __init__(
+        self,
+        taps: OnsetTaps,
+        base: int,
+        reference: np.ndarray,
+        path: EchoPath,
+        steps: PathSteps | None = None,
+        fitted_from: int = 0,
+        moves: tuple[tuple[int, int], ...] = (),
+    ) -> None:
         self._taps, self._base, self._reference = taps, base, reference
         self.path = path
+        self.steps = steps or PathSteps()
+        #: The raw index (from base) the fit's stretches could start at (the reply's start).
+        self.fitted_from = fitted_from
+        #: The moves (raw index, samples) the reference was shifted by before it was fitted
+        #: (`refitted`).
+        self.moves = moves
+
+    def followed(self, steps: PathSteps) -> EchoFreeOnset:
+        """The same fit with the echo shifted by each step's samples from its index on."""
+        return EchoFreeOnset(
+            self._taps, self._base, self._reference, self.path, steps, self.fitted_from, self.moves
+        )
+
+    def refitted(self, onset_s: float) -> EchoFreeOnset | None:
+        """The echo fitted again on the reply before `onset_s`, on the reference as the output
+        played it: where this fit, followed, shows the echo moved (an output's latency moves
+        in a reply's first seconds, even between two sentences), the reference is shifted to
+        match, so that one path fits across the move (a stretch holding a 19-sample move fitted
+        4-6 dB, either side alone 59 dB). None where nothing moved or nothing fits."""
+        blocks = self._taps.raw.snapshot()
+        if not blocks:
+            return None
+        onset = self.index_at(onset_s)
+        steps = self.follow(self.fitted_from, onset)
+        if not steps.steps:
+            return None
+        warped = _shifted(self._reference, self.path.lag + LEAD_TAPS, steps.steps)
+        raw = joined(blocks, self._base, self._base + onset)
+        path = best_echo_path(warped, raw, onset, earliest=self.fitted_from)
+        if path is None:
+            return None
+        return EchoFreeOnset(
+            self._taps, self._base, warped, path, fitted_from=self.fitted_from, moves=steps.steps
+        )
+
+    def estimate(self, start: int, stop: int) -> np.ndarray:
+        """The fitted echo (steps applied) at raw samples `start` to `stop` (from base)."""
+        pieces, at = [], start
+        bounds = [i for i, _ in self.steps.steps if start < i < stop] + [stop]
+        for bound in bounds:
+            path = self.path
+            shift = self.steps.shift_at(at)
+            if shift:
+                path = EchoPath(path.lag + shift, path.h, path.removed_db)
+            pieces.append(echo_estimate(self._reference, path, at, bound))
+            at = bound
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+    def follow(self, start: int, stop: int | None = None) -> PathSteps:
+        """Where the echo moved from raw index `start` (from base) to `stop` (default: the
+        newest capture), by the fitted echo's shift in windows (vocal.duplex.echo_follow);
+        `followed` applies it."""
+        blocks = self._taps.raw.snapshot()
+        if not blocks:
+            return PathSteps()
+        newest = blocks[-1][1] + blocks[-1][2].shape[0] - self._base
+        stop = newest if stop is None else min(stop, newest)
+        raw = joined(blocks, self._base, self._base + stop)
+        return follow_path(raw, self.estimate, max(0, start), stop)
+
+    def index_at(self, at_s: float) -> int:
+        """The raw index (from base) of the sample captured at monotonic time `at_s`."""
+        blocks = self._taps.raw.snapshot()
+        return round(position_at(blocks, at_s, self._taps.raw.sample_rate)) - self._base
 
     @property
     def usable(self) -> bool:
@@ -404,7 +425,7 @@ class EchoFreeOnset:
         if found is None:
             return None
         start, samples = found
-        return samples - echo_estimate(self._reference, self.path, start, start + samples.shape[0])
+        return samples - self.estimate(start, start + samples.shape[0])
 
 
 class OnsetFit:
