@@ -153,8 +153,9 @@ def test_reply_takes_the_text_from_the_event_or_the_transcript(tmp_path: Path) -
     assert other["message"] != found["message"]
     empty = run_vocal("hooks", "reply", input=stop_event(tmp_path))
     assert empty.returncode == 0 and empty.stdout == b""
+    # A bad event is an error, never 2: Claude Code reads a Stop hook's 2 as "keep going".
     bad = run_vocal("hooks", "reply", input=b"not json")
-    assert bad.returncode == 2
+    assert bad.returncode == 1 and bad.stderr.decode().startswith("vocal: error: ")
 
 
 @pytest.mark.audio

@@ -77,7 +77,9 @@ def test_teardown_refuses_root_and_the_home_directory(
     assert fake_home.is_dir() and Path("/bin").exists()
 
 
-def test_an_older_vocal_home_is_adopted_and_torn_down(vocal_home: Path) -> None:
+def test_an_unmarked_home_in_vocals_layout_is_not_adopted_nor_torn_down(vocal_home: Path) -> None:
+    """Entries named as vocal's prove nothing (issue 37: such a folder used to be adopted, then
+    torn down): without the marker vocal writes when it makes the directory, nothing goes."""
     for name, data in {
         "config.toml": b'tts_engine = "espeak-ng"\n',
         "history/00000001.json": b"{}",
@@ -87,13 +89,13 @@ def test_an_older_vocal_home_is_adopted_and_torn_down(vocal_home: Path) -> None:
         path = vocal_home / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
-    dry = run_vocal("teardown", "--dry-run")
-    assert dry.returncode == 0, dry.stderr.decode()
-    assert not (vocal_home / STATE_MARKER_NAME).exists()  # a dry run changes nothing
-    result = run_vocal("teardown", "--yes", "--json")
-    assert result.returncode == 0, result.stderr.decode()
-    assert sorted(p.name for p in vocal_home.iterdir()) == [STATE_MARKER_NAME, "config.toml"]
-    assert has_state_marker(vocal_home)
+    before = files(vocal_home)
+    for args in (("--dry-run",), ("--yes", "--json")):
+        result = run_vocal("teardown", *args)
+        assert result.returncode == EXIT_USAGE, result.stderr.decode()
+        assert "did not make" in error_line(result)
+    assert files(vocal_home) == before
+    assert not (vocal_home / STATE_MARKER_NAME).exists()
 
 
 def test_in_a_marked_home_only_vocals_entries_go(vocal_home: Path) -> None:
@@ -125,18 +127,25 @@ def test_a_shared_tts_cache_dir_loses_only_vocals_files(vocal_home: Path, tmp_pa
     theirs = {
         "other-app/index.db": b"theirs",
         "hibari/their-notes.txt": b"theirs too",
+        # Named as vocal's files are, but not written by vocal (issue 37): it stays.
+        "hibari/g2p-gb-fedcba987654.sqlite": b"another program's",
         "readme.md": b"shared folder",
     }
     for name, data in {**ours, **theirs}.items():
         (shared / name).parent.mkdir(parents=True, exist_ok=True)
         (shared / name).write_bytes(data)
+    from vocal.floor.statedir import record_made
+
+    for name in ours:  # as the engines note each file they write (issue 37)
+        record_made(shared / name)
     env = {"VOCAL_TTS_CACHE_DIR": str(shared)}
     result = run_vocal("teardown", "--yes", "--json", env=env)
     assert result.returncode == 0, result.stderr.decode()
     assert files(shared) == theirs
     removed = {str(Path(p).relative_to(shared)) for p in json.loads(result.stdout)["removed"]
                if p.startswith(str(shared))}  # fmt: skip
-    assert removed == set(ours) | {"piper"}  # piper/ was left empty: it goes too
+    manifests = {"hibari/.vocal-made", "piper/.vocal-made"}
+    assert removed == set(ours) | manifests | {"piper"}  # piper/ was left empty: it goes too
 
 
 # -- teardown: whose process ---------------------------------------------------------------------
@@ -262,17 +271,25 @@ def test_links_inside_the_state_directory_are_not_followed(
     assert elsewhere.stat().st_mode & 0o777 == 0o755 and list(elsewhere.iterdir()) == []
 
 
-def test_an_older_home_is_adopted_and_its_history_and_logs_made_private(vocal_home: Path) -> None:
+def test_a_marked_home_has_its_history_and_logs_made_private(vocal_home: Path) -> None:
+    ensure_state_dir(vocal_home)
     for name in ("history", "logs"):
-        (vocal_home / name).mkdir(parents=True)
+        (vocal_home / name).mkdir(exist_ok=True)
         os.chmod(vocal_home / name, 0o755)
     os.chmod(vocal_home, 0o755)
     assert not _doctor_state_ok(vocal_home)  # a warning: others can read logs/ and history/
     assert run_vocal("conch", "status").returncode == 0
-    assert has_state_marker(vocal_home)
     for name in ("history", "logs"):
         assert (vocal_home / name).stat().st_mode & 0o777 == 0o700
     assert _doctor_state_ok(vocal_home)
+
+
+def test_an_unmarked_home_is_not_adopted_nor_chmodded(vocal_home: Path) -> None:
+    (vocal_home / "history").mkdir(parents=True)
+    os.chmod(vocal_home / "history", 0o755)
+    assert run_vocal("conch", "status").returncode == 0
+    assert not has_state_marker(vocal_home)
+    assert (vocal_home / "history").stat().st_mode & 0o777 == 0o755
 
 
 def test_a_folder_of_the_users_is_neither_marked_nor_chmodded(vocal_home: Path) -> None:

@@ -96,11 +96,13 @@ def test_quotes_speaks_only_blockquotes(tmp_path: Path) -> None:
     assert "details" not in said and "code block" not in said
 
 
-def test_quotes_with_no_quotes_says_nothing_and_succeeds(tmp_path: Path) -> None:
+def test_quotes_with_no_quotes_writes_no_file_and_says_so(tmp_path: Path) -> None:
+    # Nothing to write is an error for --output (issue 37: it left an empty WAV, over the
+    # user's file if there was one); to the speaker it is a silent success (hooks rely on it).
     result = run_vocal("speak", "--quotes", "--json", "-o", str(tmp_path / "q.wav"), "No quotes.")
-    assert result.returncode == 0
-    assert json.loads(result.stdout)["sentences"] == 0
+    assert result.returncode == 2 and result.stdout == b""
     assert b"nothing speakable" in result.stderr
+    assert not (tmp_path / "q.wav").exists()
 
 
 def test_markdown_and_foreign_lines_are_not_read(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from harness.conch_audio import wait_until
 from harness.runner import run_vocal, start_vocal
 from vocal.config import load_settings
 from vocal.floor.control import ControlError, endpoints, find_endpoint, send_command
+from vocal.floor.statedir import ensure_state_dir
 
 ESPEAK = ("--engine", "espeak-ng")
 LONG_TEXT = (
@@ -51,6 +52,7 @@ def populated(vocal_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         "config.toml": b'tts_engine = "espeak-ng"\n',
         "gates.json": b'{"muted": false, "volume_percent": 80}\n',
     }
+    ensure_state_dir(vocal_home)  # vocal made it (and marked it): teardown may empty it
     for name, data in files.items():
         path = vocal_home / name
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +67,7 @@ def tree(root: Path) -> set[str]:
 
 
 KEPT = {"voices/alice/default.wav", "voices/alice/persona.md", "config.toml", "gates.json"}
-#: Written when vocal adopts the directory (issue 17): it stays vocal's after a teardown.
+#: Written when vocal makes the directory (issues 17, 37): it stays vocal's after a teardown.
 MARKER = ".vocal-state"
 
 

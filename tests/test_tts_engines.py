@@ -23,6 +23,8 @@ from harness.speak_audio import FakeSpeechServer, closed_port, silent_server, tr
 from harness.words import word_error_rate
 from vocal.config import load_settings
 from vocal.errors import EXIT_UNAVAILABLE, EXIT_USAGE, EngineError, UsageError
+from vocal.floor.statedir import MADE_MANIFEST_NAME as MADE
+from vocal.floor.statedir import made_in
 from vocal.speaking.check import check_speech
 from vocal.tts import ENGINES, canonical_name, load_tts, voice_names
 
@@ -201,8 +203,9 @@ def test_first_run_builds_the_caches_later_runs_use_them_bad_ones_are_rebuilt(
     assert not first.g2p_cached
     assert first.synthesize("Hello.").size > 0
     first.close()  # builds the G2P cache, as the pipeline does after the last sentence
-    cached = sorted(p.suffix for p in (tmp_path / "hibari").iterdir())
+    cached = sorted(p.suffix for p in (tmp_path / "hibari").iterdir() if p.name != MADE)
     assert cached == [".ort", ".sqlite"]
+    assert len(made_in(tmp_path / "hibari")) == 2  # each noted for teardown (issue 37)
     second = load_tts("hibari", cache_dir=tmp_path)
     assert second.g2p_cached
     assert check_speech(second.synthesize("Hello there."), 24_000) is None
@@ -222,7 +225,8 @@ def test_prime_builds_every_cache_once_then_costs_only_file_checks(tmp_path: Pat
     settings = load_settings(tts_cache_dir=tmp_path)
     first = prime(settings)
     assert first["voice"] == "heart" and len(first["built"]) == 3  # G2P, voice model, OOV net
-    assert sorted(p.suffix for p in (tmp_path / "hibari").iterdir()) == [".ort", ".ort", ".sqlite"]
+    built = sorted(p.suffix for p in (tmp_path / "hibari").iterdir() if p.name != MADE)
+    assert built == [".ort", ".ort", ".sqlite"]
     code = (
         "import sys; from vocal.config import load_settings; from vocal.tts.hibari import prime\n"
         f"r = prime(load_settings(tts_cache_dir={str(tmp_path)!r}))\n"

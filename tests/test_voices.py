@@ -455,19 +455,21 @@ def test_a_folder_of_the_users_is_never_removed_or_replaced(
     assert snapshot(user_folder) == before
 
 
-def test_remove_takes_a_voice_vocal_made_and_an_older_unmarked_one(
+def test_remove_takes_a_voice_vocal_made_but_not_an_unmarked_one(
     good_clip: Path, store: VoiceStore
 ) -> None:
     store.add("alice", good_clip, description="made here")
     assert (store.root / "alice" / ".vocal-voice").is_file()
-    older = store.root / "older"  # an older vocal's voice: no marker, vocal's layout only
+    older = store.root / "older"  # no manifest: vocal's layout only proves nothing (issue 37)
     older.mkdir()
     (older / "default.wav").write_bytes((store.root / "alice" / "my-take.wav").read_bytes())
     (older / "description.txt").write_text("older\n")
-    for name in ("alice", "older"):
-        result = run_vocal("voices", "remove", name)
-        assert result.returncode == 0, stderr(result)
-        assert not (store.root / name).exists()
+    result = run_vocal("voices", "remove", "alice")
+    assert result.returncode == 0, stderr(result)
+    assert not (store.root / "alice").exists()
+    refused = run_vocal("voices", "remove", "older")
+    assert refused.returncode == EXIT_USAGE and "no .vocal-voice manifest" in stderr(refused)
+    assert sorted(p.name for p in older.iterdir()) == ["default.wav", "description.txt"]
 
 
 def test_a_voice_with_a_file_of_the_users_in_it_is_not_removed(

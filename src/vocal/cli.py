@@ -398,9 +398,17 @@ def root(
     """A voice loop for the terminal and for coding agents: listen, speak, converse."""
 
 
+#: The longest error line printed (the longest vocal writes, the list of known settings in a
+#: config.toml error, is about 1,000 characters).
+MAX_ERROR_CHARS = 4_000
+
+
 def report_error(message: str) -> None:
-    """Print one `vocal: error: ...` line on stderr."""
-    print(f"vocal: error: {message}", file=sys.stderr, flush=True)
+    """Print one `vocal: error: ...` line on stderr: a name or path in `message` that came
+    from a file or a peer brings no line break or escape sequence with it (vocal.floor.shown)."""
+    from vocal.floor.shown import shown_name
+
+    print(f"vocal: error: {shown_name(message, MAX_ERROR_CHARS)}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -421,6 +429,9 @@ def main(argv: list[str] | None = None) -> None:
         code = EXIT_INTERRUPTED
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
+    except click.BadParameter as exc:  # a flag's value of the wrong type or out of its range
+        report_error(exc.format_message())
+        code = exc.exit_code
     except ClickException as exc:
         exc.show()
         code = exc.exit_code

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from vocal.errors import UsageError
 
@@ -104,7 +104,7 @@ class Settings:
     chatterbox_providers: str | None = None
     # Speaking (issue 4). tts_cache_dir: engines' derived files (hibari's optimized model and G2P
     # tables), default <cache_dir>/tts. HTTP engines: keys come from OPENAI_API_KEY and
-    # ELEVENLABS_API_KEY; tts_http_timeout_s bounds connecting and each read.
+    # ELEVENLABS_API_KEY; tts_http_timeout_s bounds each sentence's whole exchange.
     tts_cache_dir: Path | None = None
     tts_http_timeout_s: float = field(default=20.0, metadata=_env("VOCAL_TTS_HTTP_TIMEOUT"))
     openai_base_url: str = "https://api.openai.com/v1"
@@ -205,13 +205,99 @@ def env_name(f: dataclasses.Field) -> str:
     return f.metadata.get("env", f"VOCAL_{f.name.upper()}")
 
 
-#: Settings whose value must lie in a range (inclusive), the range their command-line flag
-#: takes: `--speed` is 0.25-4.0, and `VOCAL_SPEED=-1` once reached the engines (issue 17).
+# -- the range of every setting (issue 37) ------------------------------------------------------
+# Every field of `Settings` is in exactly one table here, or is a bool (whose range is
+# true/false): a number has inclusive bounds, a text or a path a longest length and, where it
+# names one of a few fixed modes, the words it may be. A test fails when a field is added
+# without its range. Outside it a value is a usage error (exit 2) naming the setting, before
+# anything runs: a beam of 100000 once grew past 6 GB, a `--max-seconds` of 1e300 ended in an
+# OverflowError.
+
+#: A day, the longest any wait, hold or lease is meant to last.
+DAY_S = 86_400.0
+#: An hour, the longest recording (16 kHz float samples: 230 MB).
+HOUR_S = 3_600.0
+
+#: Numeric settings: (lowest, highest), inclusive. The command-line flags of the same settings
+#: take the same bounds (`flag_range`, vocal.commands._app.float_range).
 SETTING_RANGES: dict[str, tuple[float, float]] = {
-    "speed": (0.25, 4.0),
-    "sentence_pause_ms": (0, 5000),
+    # Beam width of faster-whisper's decoding: memory grows with it; 5 is the default, and
+    # accuracy stops growing long before 16.
+    "stt_beam_size": (1, 16),
     "openai_stt_timeout_s": (0.1, 600.0),
+    # The end of a turn: the flags' minimums (one VAD chunk is 32 ms), and waits a person
+    # would still call a pause.
+    "silence_ms": (100, 10_000),
+    "turn_check_ms": (32, 10_000),
+    "max_pause_ms": (100, 30_000),
+    "max_seconds": (0.1, HOUR_S),
+    "no_speech_timeout_s": (0.1, HOUR_S),
+    "speed": (0.25, 4.0),
+    "sentence_pause_ms": (0, 5_000),
+    "conch_lock_expiry_s": (0.5, DAY_S),
+    "conch_timeout_s": (0.0, DAY_S),
+    # 0 counts as 1: `vocal replay` and skip_back need one utterance (vocal.floor.history).
+    "history_size": (0, 1_000),
+    "conch_remote_ttl_s": (0.5, DAY_S),
+    "tts_http_timeout_s": (0.1, 600.0),
+    # Barge-in: chunks of 32 ms; probabilities strictly between 0 and 1 (BargeInOptions).
+    "barge_in_chunks": (1, 50),
+    "barge_in_threshold": (0.01, 0.99),
+    "piece_timeout_s": (0.0, 600.0),
+    "conch_wait_cap_s": (0.0, HOUR_S),
+    "focus_hold_s": (0.0, DAY_S),
+    "early_transcription_ms": (0, 10_000),
+    "barge_in_onset_threshold": (0.01, 0.99),
+    "barge_in_fast_chunks": (1, 50),
+    "barge_in_double_talk_db": (-20.0, 60.0),
+    "barge_in_strong_chunk_db": (-20.0, 60.0),
 }
+
+#: Longest names (devices, engines, models, voices, sessions, agents): far past any real one.
+NAME_CHARS = 256
+#: Longest URL (what browsers and servers commonly accept).
+URL_CHARS = 2_048
+#: Longest path (Linux's PATH_MAX).
+PATH_CHARS = 4_096
+#: Longest prompt text (the hints are cut to 400 characters when used: vocal.stt.hints).
+PROMPT_CHARS = 65_536
+
+#: Text and path settings: the most characters each may hold. A model (stt_model) may be a
+#: local directory and a voice a file; stt_hints is the words themselves or @FILE.
+_PATHS = "home stt_model voice chatterbox_dir tts_cache_dir piper_voices_dir"
+_URLS = "openai_stt_base_url openai_base_url elevenlabs_base_url chatterbox_providers"
+_NAMES = (
+    "input_device output_device stt_engine language openai_stt_model stt_fallback tts_engine "
+    "conch_mode session agent chatterbox_repo openai_tts_model elevenlabs_model aec cue_player"
+)
+SETTING_MAX_CHARS: dict[str, int] = {
+    **dict.fromkeys(_PATHS.split(), PATH_CHARS),
+    **dict.fromkeys(_URLS.split(), URL_CHARS),
+    **dict.fromkeys(("openai_stt_prompt", "stt_hints"), PROMPT_CHARS),
+    **dict.fromkeys(_NAMES.split(), NAME_CHARS),
+}
+
+#: Text settings that name one of a few fixed modes (compared without case and surrounding
+#: blanks, as their readers do). Engine names are not here: their registries check them.
+SETTING_CHOICES: dict[str, tuple[str, ...]] = {
+    "conch_mode": ("wait", "callback"),
+    "aec": ("auto", "on", "off"),
+    "cue_player": ("auto", "paplay", "portaudio"),
+}
+
+
+class FlagRange(TypedDict):
+    """Keyword arguments of a Typer option: its inclusive bounds."""
+
+    min: float
+    max: float
+
+
+def flag_range(name: str) -> FlagRange:
+    """`min=` and `max=` for a Typer option that sets the setting `name`, so the flag and the
+    setting share one range."""
+    low, high = SETTING_RANGES[name]
+    return FlagRange(min=low, max=high)
 
 
 def _convert(name: str, raw: object, annotation: str) -> object:
@@ -219,7 +305,8 @@ def _convert(name: str, raw: object, annotation: str) -> object:
 
     NaN and infinity are refused wherever a number is read (NaN passes every `<` check
     downstream), and so are a TOML float for an int setting that is not a whole number, TOML
-    arrays, tables and dates, NUL characters, and values outside `SETTING_RANGES`."""
+    arrays, tables and dates, NUL characters, and values outside their range (`SETTING_RANGES`,
+    `SETTING_MAX_CHARS`, `SETTING_CHOICES`)."""
     optional = "None" in annotation
     base = annotation.replace("| None", "").strip()
     if raw is None or (optional and isinstance(raw, str) and raw.strip() == ""):
@@ -269,14 +356,27 @@ def _shown(raw: object) -> str:
     return text if len(text) <= 60 else f"{text[:57]}..."
 
 
-def _check_range(name: str, value: object) -> object:
-    """`value`, or a UsageError when the setting `name` (a field or its variable) has a range
-    in `SETTING_RANGES` and `value` is outside it."""
-    bounds = SETTING_RANGES.get(_setting_of(name))
-    if bounds is not None and isinstance(value, (int, float)):
+def _check_range(name: str, value: object, field_name: str | None = None) -> object:
+    """`value`, or a UsageError naming `name` (a field, its variable or its flag) when it is
+    outside the range of its setting (`field_name`, default the one `name` sets): bounds for a
+    number, a longest length for a text or a path, the words a mode may be."""
+    setting = field_name or _setting_of(name)
+    bounds = SETTING_RANGES.get(setting)
+    if bounds is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
         low, high = bounds
         if not low <= value <= high:
-            raise UsageError(f"setting {name!r} must be between {low} and {high}, got {value}")
+            raise UsageError(
+                f"setting {name!r} must be between {low} and {high}, got {_shown(value)}"
+            )
+    limit = SETTING_MAX_CHARS.get(setting)
+    if limit is not None and isinstance(value, (str, Path)) and len(str(value)) > limit:
+        raise UsageError(
+            f"setting {name!r} must be at most {limit} characters, got {len(str(value))}"
+        )
+    choices = SETTING_CHOICES.get(setting)
+    if choices is not None and isinstance(value, str) and value.strip().lower() not in choices:
+        wanted = ", ".join(choices)
+        raise UsageError(f"setting {name!r} must be one of {wanted}, got {_shown(value)}")
     return value
 
 
@@ -308,12 +408,20 @@ def require_finite(name: str, value: float | None) -> float | None:
     return value
 
 
+#: config.toml holds a few lines of settings; a larger file is not one (issue 37).
+MAX_CONFIG_BYTES = 256 * 1024
+
+
 def read_config_file(path: Path) -> dict[str, object]:
     """The `[vocal]`-less flat table of `config.toml`, or {} when there is no file."""
-    try:
-        data = path.read_bytes()
+    from vocal.files.bounded import BoundedReadError, read_regular
+
+    try:  # a FIFO or /dev/zero linked there is refused, not read forever
+        data = read_regular(path, max_bytes=MAX_CONFIG_BYTES, what="the config file")
     except FileNotFoundError:
         return {}
+    except BoundedReadError as exc:
+        raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
     return parse_config(data, path)
@@ -326,8 +434,14 @@ def parse_config(data: bytes, path: Path) -> dict[str, object]:
         import tomllib
     else:  # pragma: no cover - exercised on 3.10 only
         import tomli as tomllib
+    from vocal.files.bounded import MAX_TOML_KEY_PARTS, toml_key_depth
+
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
+        if toml_key_depth(text) > MAX_TOML_KEY_PARTS:  # tomllib's cost grows as its square
+            deep = f"{path} has a dotted key of over {MAX_TOML_KEY_PARTS} parts"
+            raise UsageError(f"{deep}: not vocal's config")
+        return tomllib.loads(text)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path} is not valid TOML: {exc}") from None
     except RecursionError:  # tables nested thousands deep (issue 17)
@@ -343,6 +457,8 @@ def load_settings(**flags: object) -> Settings:
     hints = {name: str(f.type) for name, f in fields.items()}
 
     home_raw = flags.get("home") or os.environ.get("VOCAL_HOME")
+    if home_raw:
+        _check_range("home" if flags.get("home") else "VOCAL_HOME", str(home_raw), "home")
     home = Path(str(home_raw)).expanduser() if home_raw else Settings().home
     file_values = read_config_file(home / CONFIG_FILE_NAME)
     bad_keys = set(file_values) - set(fields) - {"home"}
@@ -362,7 +478,7 @@ def load_settings(**flags: object) -> Settings:
             value = flags[name]
             if isinstance(value, float):  # a command-line float: click takes "nan" and "inf"
                 require_finite(f"--{name.replace('_', '-')}", value)
-            values[name] = value
+            values[name] = _check_range(name, value, name)
         elif env_name(f) in os.environ:
             values[name] = _convert(env_name(f), os.environ[env_name(f)], hints[name])
         elif name in file_values:
@@ -371,7 +487,12 @@ def load_settings(**flags: object) -> Settings:
 
 
 __all__ = [
+    "FlagRange",
+    "SETTING_CHOICES",
+    "SETTING_MAX_CHARS",
+    "SETTING_RANGES",
     "Settings",
+    "flag_range",
     "env_name",
     "load_settings",
     "parse_config",

@@ -82,6 +82,8 @@ class ProviderLadder:
             a rung not in it fails at once, without opening a session.
         report: where a rung change is announced (stderr by default): it costs time and
             quality, so the user hears of it.
+        make_dir: makes `state_dir` (vocal.floor.statedir.make_private_dirs from the engine;
+            this layer is below the state directory's): 0700 either way (issue 37).
     """
 
     model: str
@@ -89,6 +91,7 @@ class ProviderLadder:
     state_dir: Path
     available: tuple[str, ...] = ()
     report: Callable[[str], None] = _stderr
+    make_dir: Callable[[Path], object] = lambda path: os.makedirs(path, 0o700, exist_ok=True)
     #: (provider, why it failed), in the order this process tried them.
     failures: list[tuple[str, str]] = field(default_factory=list)
     #: Every rung this process tried, in order (the failures and the current one).
@@ -108,9 +111,11 @@ class ProviderLadder:
 
     def remembered(self) -> str | None:
         """The rung a previous process found working on this same ladder, if any."""
-        try:
-            state = json.loads(self.state_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        from vocal.files.bounded import loads_json, read_regular
+
+        try:  # a few names: a FIFO, a huge or deep file is not ours (issue 37)
+            state = loads_json(read_regular(self.state_path, max_bytes=64 * 1024))
+        except (OSError, ValueError):  # BoundedReadError is a ValueError
             return None
         if not isinstance(state, dict) or state.get("ladder") != list(self.rungs):
             return None
@@ -128,7 +133,7 @@ class ProviderLadder:
             "failed": {name: reason for name, reason in self.failures},
             "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.make_dir(self.state_dir)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.model}.", suffix=".tmp", dir=self.state_dir)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as out:

@@ -18,6 +18,8 @@ VOCAL_TEST_SOUND_SERVER=pipewire:
     heard         who was heard when: rendered speech found in the monitor recording
     speak_audio   Whisper transcription of what was spoken, a fake speech server, a recorder
     stt_server    a fake OpenAI-compatible transcription server that checks each request
+    hostile_http  a hostile server for every remote engine and the hub: redirects to another
+                  host, trickles, huge and deeply nested answers (issue 37)
     person        a simulated person who answers a spoken turn
 
 Processes and the floor:

@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 from vocal.audio.wav import Audio, parse_wav
 
@@ -51,7 +51,40 @@ class TranscriptionRequest:
 
 
 @dataclass
-class FakeTranscriptionServer:
+class LoopbackHTTP:
+    """A threaded HTTP server on a loopback address for a test's lifetime: `serve` starts it
+    with a handler class, `stop` (or leaving the `with` block) ends it."""
+
+    port: int = 0
+    server: ThreadingHTTPServer | None = None
+    _stopping: threading.Event = field(default_factory=threading.Event)
+
+    def serve(
+        self, handler: type[BaseHTTPRequestHandler], host: str = "127.0.0.1", poll_s: float = 0.5
+    ) -> None:
+        self.server = ThreadingHTTPServer((host, 0), handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, args=(poll_s,), daemon=True).start()
+
+    def start(self) -> LoopbackHTTP:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()  # type: ignore[return-value]
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@dataclass
+class FakeTranscriptionServer(LoopbackHTTP):
     """See the module docstring. `expect_*` None means the field must be absent."""
 
     text: str = "The fake server heard you."
@@ -66,9 +99,6 @@ class FakeTranscriptionServer:
     hang: bool = False
     requests: list[TranscriptionRequest] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
-    port: int = 0
-    server: ThreadingHTTPServer | None = None
-    _stopping: threading.Event = field(default_factory=threading.Event)
 
     @property
     def url(self) -> str:
@@ -131,23 +161,8 @@ class FakeTranscriptionServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.serve(Handler)
         return self
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-
-    def __enter__(self) -> FakeTranscriptionServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # -- the shape of a request ------------------------------------------------------------------
     def _parse(

@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import sys
 
-from vocal.errors import UsageError, VocalError
+from vocal.errors import EXIT_ERROR, EXIT_USAGE, UsageError, VocalError, debug_wanted
 
 # typing's import costs a cue ~8 ms and annotations are strings here (PEP 563).
 TYPE_CHECKING = False
@@ -52,6 +52,12 @@ MUTE_FILE = "MUTE"
 FORMATS = (".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3")
 #: How long to wait for a hook's JSON on a piped stdin (Claude Code writes it at once).
 STDIN_WAIT_S = 0.05
+#: Once it has begun, the JSON is read to its end within this long and this size, else the
+#: cue is a usage error (issue 37: `< /dev/zero` was read until MemoryError, a writer that
+#: never closed the pipe held the cue forever). A PostToolUse event carries the tool's output,
+#: which Claude Code cuts well below this.
+STDIN_TIMEOUT_S = 1.0
+MAX_STDIN_BYTES = 16 << 20
 #: Claude Code hook events and what the shipped font plays for them.
 HOOK_EVENTS = ("PreToolUse", "PostToolUse", "Notification", "Stop", "SubagentStop")
 _TOOL_EVENTS = ("PreToolUse", "PostToolUse")
@@ -358,7 +364,12 @@ def play_file(path: str, gain: float, device: str | None, player: str = "auto") 
 
 def tool_from_hook_input(stream: Any = None) -> str | None:
     """The `tool_name` of a hook's JSON on a piped stdin, or None (a terminal, no JSON, no
-    tool). Waits at most STDIN_WAIT_S for the data, so a silent pipe costs no more."""
+    tool). Waits at most STDIN_WAIT_S for the data, so a silent pipe costs no more; then
+    reads it within STDIN_TIMEOUT_S and MAX_STDIN_BYTES.
+
+    Raises:
+        UsageError: stdin too large, not ended in time, or JSON nested too deep.
+    """
     import select
 
     stream = stream or sys.stdin
@@ -368,16 +379,24 @@ def tool_from_hook_input(stream: Any = None) -> str | None:
         ready, _, _ = select.select([stream], [], [], STDIN_WAIT_S)
         if not ready:
             return None
-        raw = stream.read()
     except (OSError, ValueError):
         return None
-    if not raw.strip():
-        return None  # an empty pipe (/dev/null): not worth json's import
-    import json
+    from vocal.files.bounded import BoundedReadError, loads_json, read_stream
 
+    what = "the hook's JSON on stdin"
     try:
-        data = json.loads(raw)
-    except ValueError:
+        raw = read_stream(stream, max_bytes=MAX_STDIN_BYTES, timeout_s=STDIN_TIMEOUT_S, what=what)
+    except BoundedReadError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError:
+        return None
+    if not raw.strip():
+        return None  # an empty pipe (/dev/null)
+    try:
+        data = loads_json(raw)
+    except BoundedReadError as exc:
+        raise UsageError(f"{what}: {exc}") from None
+    except ValueError:  # not JSON: a cue without a tool
         return None
     tool = data.get("tool_name") if isinstance(data, dict) else None
     return tool if isinstance(tool, str) and tool else None
@@ -414,6 +433,13 @@ def report(result: CueResult, json_output: bool) -> None:
         print(f"vocal: cue skipped: {result.detail}", file=sys.stderr, flush=True)
 
 
+def hook_exit_code(code: int) -> int:
+    """`code` as a hook may exit: never 2, which Claude Code reads as "block" (a PreToolUse
+    hook's 2 stops the tool call, a Stop hook's keeps the agent going); a bad input is an
+    error (1) there, which it shows and passes over."""
+    return EXIT_ERROR if code == EXIT_USAGE else code
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m vocal.cuehook EVENT [--tool NAME] [--json]`: `vocal cue` without Typer."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -433,7 +459,13 @@ def main(argv: list[str] | None = None) -> int:
         report(play_cue(args[0], tool, cue_settings()), json_output)
     except VocalError as exc:
         print(f"vocal: error: {exc}", file=sys.stderr, flush=True)
-        return exc.exit_code
+        return hook_exit_code(exc.exit_code)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # as vocal.cli: one line, never a traceback (issue 37)
+        if debug_wanted():
+            raise
+        reason = f"unexpected {type(exc).__name__}: {exc} (VOCAL_DEBUG=1 shows the traceback)"
+        print(f"vocal: error: {reason}", file=sys.stderr, flush=True)
+        return 1
     return 0

@@ -23,6 +23,12 @@ entries keep their text when the file is laid out as JSON with a consistent inde
 it back with the indent we found). Remove restores the backup byte for byte when the file is
 exactly what install left; if it was edited since, only our entries are taken out.
 
+A settings file that is a symbolic link is written through, to its target (dotfile managers).
+A link whose target is missing (issue 37) is left exactly as it is: install refuses it (exit 2:
+creating a file wherever it points, in a repository that moved, is not ours to do), and remove
+has nothing to remove there and says so, keeping the backup beside it, which may be the only
+copy of the user's settings.
+
 Standard library only.
 """
 
@@ -43,8 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vocal.atomicfile import write_atomic
-from vocal.errors import UsageError
+from vocal.errors import UsageError, VocalError
+from vocal.files.atomic import write_atomic
+from vocal.files.bounded import BoundedReadError, loads_json, read_regular, read_tail
 
 AGENTS = ("claude-code",)
 SCOPES = ("user", "project")
@@ -54,6 +61,11 @@ REPLY_ARGS = "hooks reply"
 WARM_ARGS = "warmup --detach"
 #: Seconds Claude Code gives each hook: both return within a process start (they detach).
 HOOK_TIMEOUT_S = 30
+#: Bounds on what the hooks read (issue 37; the event itself: vocal.agents.hook_event). A
+#: settings file is a few kB. A transcript grows to many MB by right: only its last
+#: TRANSCRIPT_TAIL_BYTES are read, which hold the last turn.
+MAX_SETTINGS_BYTES = 4 << 20
+TRANSCRIPT_TAIL_BYTES = 8 << 20
 
 
 def vocal_command() -> str:
@@ -129,8 +141,8 @@ class Layout:
 
 def _parse(path: Path, raw: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(raw.decode("utf-8-sig")) if raw.strip() else {}
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = loads_json(raw.decode("utf-8-sig")) if raw.strip() else {}
+    except (ValueError, UnicodeDecodeError) as exc:  # BoundedReadError: nested too deep
         raise UsageError(
             f"{path} is not valid JSON ({exc})", hint="fix it, then run this again"
         ) from None
@@ -183,20 +195,35 @@ def _without_ours(raw: bytes, path: Path) -> tuple[bytes, int]:
     return layout.dump(data), removed
 
 
+def dangling_link(path: Path) -> str | None:
+    """Where `path` points when it is a symbolic link whose target is missing, else None."""
+    if path.is_symlink() and not path.exists():
+        return os.readlink(path)
+    return None
+
+
 def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
+    try:  # a FIFO or /dev/zero linked there is refused, not read forever (issue 37)
+        return read_regular(path, max_bytes=MAX_SETTINGS_BYTES, what="settings file")
     except FileNotFoundError:
         return None
+    except BoundedReadError as exc:
+        raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def _write(path: Path, data: bytes) -> None:
     """Replace `path` atomically, keeping its permissions, through a symlink (dotfile managers
-    link settings.json into a repository: vocal.atomicfile)."""
+    link settings.json into a repository: vocal.files.atomic)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, data)
+    try:
+        write_atomic(path, data)
+    except OSError as exc:  # a full disk, a read-only folder: one line, and nothing changed
+        raise VocalError(
+            f"{path} was not written: {exc.strerror or exc}",
+            hint="the file that was there is as it was",
+        ) from None
 
 
 def _our_hooks(raw: bytes | None, path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -248,12 +275,15 @@ class HookReport:
     events: list[str] = field(default_factory=list)
     backup: Path | None = None
     command: str | None = None
+    #: Something the user should know about the file (a link to a missing target).
+    note: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "agent": self.agent, "scope": self.scope, "path": str(self.path),
             "action": self.action, "events": self.events,
             "backup": str(self.backup) if self.backup else None, "command": self.command,
+            "note": self.note,
         }  # fmt: skip
 
 
@@ -265,6 +295,12 @@ def install(scope: str = "user", *, agent: str = "claude-code", project_dir: Pat
             command: str | None = None) -> HookReport:  # fmt: skip
     """Add our hook entries to the agent's settings (idempotent; the original is backed up)."""
     path, raw, events = _current(scope, agent, project_dir)
+    target = dangling_link(path)
+    if target is not None:
+        raise UsageError(
+            f"{path} is a symbolic link to {target}, which does not exist",
+            hint="create the file it points to, or remove the link, then run this again",
+        )
     command = command or vocal_command()
     if events:
         return HookReport(agent, scope, path, "unchanged", events, None, command)
@@ -284,6 +320,11 @@ def remove(scope: str = "user", *, agent: str = "claude-code",
     """Take our entries out: the original bytes come back when nothing else changed since."""
     path, raw, events = _current(scope, agent, project_dir)
     backup = backup_path(path)
+    target = dangling_link(path)
+    if target is not None:  # nothing of ours there; the link and any backup stay as they are
+        note = f"{path} is a symbolic link to {target}, which does not exist: left as it is"
+        kept = backup if backup.exists() else None
+        return HookReport(agent, scope, path, "absent", backup=kept, note=note)
     if raw is None or not events:
         backup.unlink(missing_ok=True)
         return HookReport(agent, scope, path, "absent")
@@ -292,7 +333,8 @@ def remove(scope: str = "user", *, agent: str = "claude-code",
     # Unchanged since install: what install would have made of the backup (or of no file).
     if command is not None and raw == _with_ours(original, path, command):
         if original is None:
-            path.unlink()
+            # The file install made: through a link, its target (the link stays, as it was).
+            Path(os.path.realpath(path)).unlink()
             with contextlib.suppress(OSError):
                 path.parent.rmdir()  # the .claude directory, if we made it and it is empty
         else:
@@ -358,14 +400,16 @@ def last_assistant_text(transcript: Path) -> str:
     """The text of the assistant's last turn in a Claude Code transcript (JSONL): its text
     blocks after the last user message, joined by blank lines."""
     texts: list[str] = []
-    try:
-        lines = transcript.read_text(encoding="utf-8", errors="replace").splitlines()
+    try:  # its end only: a FIFO or a device is refused, a 10 GB log costs 8 MB (issue 37)
+        tail = read_tail(transcript, max_bytes=TRANSCRIPT_TAIL_BYTES, what="transcript_path")
+    except BoundedReadError as exc:
+        raise UsageError(str(exc)) from None
     except OSError:
         return ""
-    for line in lines:
+    for line in tail.decode("utf-8", errors="replace").splitlines():
         try:
-            entry = json.loads(line)
-        except ValueError:
+            entry = loads_json(line)
+        except ValueError:  # not JSON, or nested too deep (BoundedReadError)
             continue
         if not isinstance(entry, dict):
             continue
@@ -390,23 +434,40 @@ def last_assistant_text(transcript: Path) -> str:
     return "\n\n".join(t.strip() for t in texts if t.strip())
 
 
+def spoken_part(text: str) -> str:
+    """What `vocal speak --quotes` would speak of a reply: its blockquote paragraphs, each
+    written again as one quoted paragraph (`extract_quotes` reads them back unchanged).
+
+    The speech's length limit (vocal.speaking.text.MAX_TEXT_CHARS) is meant for what is
+    spoken: given the whole reply, it refused a review of 40,000 characters whose one spoken
+    line was short, so nothing was said (issue 37). The reply scanned here is bounded already:
+    an event of at most MAX_HOOK_INPUT_BYTES, or a transcript's last TRANSCRIPT_TAIL_BYTES.
+    """
+    from vocal.speaking.text import extract_quotes
+
+    return "\n\n".join(f"> {quote}" for quote in extract_quotes(text))
+
+
 def speak_reply_detached(reply: Reply, log_path: Path, *, extra_args: list[str] | None = None,
                          wait: bool = False) -> subprocess.Popen:  # fmt: skip
     """Start `vocal speak --quotes --message ID --piece 0 --final -` for `reply` in its own
-    session (it outlives the hook), with the reply on its stdin and its stderr in `log_path`."""
+    session (it outlives the hook), with the reply's spoken part (`spoken_part`) on its stdin
+    and its stderr in `log_path`."""
     args = [sys.executable, "-m", "vocal", "speak", "--quotes", "--message", reply.message,
             "--piece", "0", "--final", *(extra_args or [])]  # fmt: skip
     if reply.session:
         args += ["--session", reply.session]
     args.append("-")
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    from vocal.floor.statedir import ensure_private_dir
+
+    ensure_private_dir(log_path.parent)  # vocal's logs: 0700 (issue 37)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             args, stdin=subprocess.PIPE, stdout=subprocess.PIPE if wait else subprocess.DEVNULL,
             stderr=log, start_new_session=not wait, close_fds=True,
         )  # fmt: skip
     assert proc.stdin is not None
-    proc.stdin.write(reply.text.encode("utf-8"))
+    proc.stdin.write(spoken_part(reply.text).encode("utf-8"))
     proc.stdin.close()
     return proc
 
@@ -417,6 +478,7 @@ __all__ = [
     "HookReport",
     "Reply",
     "backup_path",
+    "dangling_link",
     "install",
     "is_ours",
     "last_assistant_text",
@@ -425,6 +487,7 @@ __all__ = [
     "reply_from_event",
     "settings_path",
     "speak_reply_detached",
+    "spoken_part",
     "status",
     "vocal_command",
 ]

@@ -66,15 +66,27 @@ class WavSink:
     Nothing plays in real time: `finish()` writes the whole file at once, through
     `vocal.audio.wav.write_wav` (a temporary file renamed over the old one). A turn that is
     stopped, fails or is interrupted before `finish()` writes nothing, so an existing file
-    is left byte for byte as it was (issue 17: a failed `speak -o keep.wav` used to leave an
-    empty 44-byte WAV). `open()` refuses a destination that cannot be written (a directory,
-    a missing parent) before any synthesis cost is paid.
+    is left byte for byte as it was (issue 17). With `write_on_finish=False` (`vocal speak`)
+    `finish()` only ends the output, and the caller writes with `commit()` once it has judged
+    the result: a speech whose every sentence failed its check, or that had nothing
+    speakable, used to end in an empty 44-byte WAV over the user's file (issue 37). `open()`
+    refuses a destination that cannot be written (a directory, a missing parent) before any
+    synthesis cost is paid.
     """
 
-    def __init__(self, path: str | Path, sample_rate: int, *, volume: float = 1.0) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        sample_rate: int,
+        *,
+        volume: float = 1.0,
+        write_on_finish: bool = True,
+    ) -> None:
         self.path = Path(path)
         self.sample_rate = sample_rate
         self.volume = volume
+        self.write_on_finish = write_on_finish
+        self._written = False
         self.reference = ReferenceBuffer(1)
         self._parts: list[np.ndarray] = []
         self._done = threading.Event()
@@ -103,13 +115,25 @@ class WavSink:
             self._parts.append(np.asarray(samples, np.float32).reshape(-1) * self.volume)
 
     def finish(self) -> None:
-        """Write everything played so far as the file (once)."""
+        """No more audio: write everything played so far as the file (once), unless the
+        sink was made with `write_on_finish=False` (then `commit()` writes it)."""
         if self._done.is_set():
             return
         try:
-            self._write()
+            if self.write_on_finish:
+                self.commit()
         finally:
             self._done.set()  # a failed write is not retried: the error went to the caller
+
+    def commit(self) -> Path:
+        """Write everything played as the file, whole, once (never after `stop()`: a caller's
+        bug). A write that fails leaves the old file as it was (vocal.audio.wav.write_wav)."""
+        if self._stopped:
+            raise RuntimeError("a stopped WavSink writes nothing")
+        if not self._written:
+            self._written = True  # a failed write is not retried: the error went to the caller
+            self._write()
+        return self.path
 
     def stop(self) -> None:
         """End without writing: the file stays as it was."""

@@ -27,7 +27,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from vocal.errors import AudioFormatError, UsageError
+from vocal.errors import AudioFormatError, UsageError, VocalError
 
 #: The rate every model in vocal listens at (Whisper, Silero VAD, AEC3 frames).
 STT_SAMPLE_RATE = 16_000
@@ -362,7 +362,7 @@ def write_wav(path: str | os.PathLike, audio: Audio, *, float32: bool = False) -
         except OSError as exc:
             raise UsageError(f"{path}: {exc.strerror or exc}") from None
         return path
-    from vocal.atomicfile import write_atomic
+    from vocal.files.atomic import write_atomic
 
     try:
         write_atomic(path, data)  # through a symlink; an existing file keeps its mode
@@ -372,4 +372,9 @@ def write_wav(path: str | os.PathLike, audio: Audio, *, float32: bool = False) -
         raise UsageError(f"{path} is a directory", hint="give a file name") from None
     except PermissionError:
         raise UsageError(f"{path}: permission denied") from None
+    except OSError as exc:  # a full disk, a quota, a file-size limit: exit 1, one line
+        raise VocalError(
+            f"{path} was not written: {exc.strerror or exc}",
+            hint="a file that was there is as it was",
+        ) from None
     return path

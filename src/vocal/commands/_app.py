@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+import click
 import typer
+
+from vocal.config import SETTING_RANGES, flag_range
 
 
 def command_app(**settings: Any) -> typer.Typer:
@@ -22,12 +26,30 @@ def command_app(**settings: Any) -> typer.Typer:
     return typer.Typer(**defaults)
 
 
+class FiniteFloatRange(click.FloatRange):
+    """Click's FloatRange that first refuses NaN and infinity as not finite numbers: NaN passes
+    every comparison of a range, and infinity would be only "not in the range"."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{number} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+def float_range(setting: str) -> FiniteFloatRange:
+    """The type of a float option that sets `setting`: the setting's range (issue 37: a
+    `--max-seconds` of 1e300 ended in an OverflowError), finite."""
+    low, high = SETTING_RANGES[setting]
+    return FiniteFloatRange(low, high)
+
+
 # -- options that several commands share ---------------------------------------------------------
 def silence_ms_option(what: str = "the turn") -> Any:
     return typer.Option(
         None,
         "--silence-ms",
-        min=100,
+        **flag_range("silence_ms"),
         help=f"Silence that ends {what} when the turn model is off or has no signal, in ms [700].",
     )
 
@@ -43,7 +65,10 @@ def turn_model_option() -> Any:
 
 def turn_check_ms_option() -> Any:
     return typer.Option(
-        None, "--turn-check-ms", min=32, help="Silence before the turn model is asked, in ms [160]."
+        None,
+        "--turn-check-ms",
+        **flag_range("turn_check_ms"),
+        help="Silence before the turn model is asked, in ms [160].",
     )
 
 
@@ -51,7 +76,7 @@ def max_pause_ms_option() -> Any:
     return typer.Option(
         None,
         "--max-pause-ms",
-        min=100,
+        **flag_range("max_pause_ms"),
         help="The wait when the words sound unfinished, the longest pause waited, in ms [2500].",
     )
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from vocal.commands._app import command_app, finite
+from vocal.commands._app import command_app, finite, float_range
 
 if TYPE_CHECKING:
     from vocal.floor.conch import Conch
@@ -36,9 +36,19 @@ def _session(session: str | None, verb: str) -> str:
 
 
 def _who(record: dict) -> str:
-    name = record.get("agent") or record["session"]
+    """A holder or waiter for a person: names from the conch's files, shown safely (issue 37:
+    a name once carried terminal escape codes into `vocal conch status`)."""
+    from vocal.floor.shown import shown_name
+
+    name = shown_name(record.get("agent") or record["session"])
     where = f"pid {record['pid']}" if record.get("pid") else "no process"
-    return f"{name} (session {record['session']}, {where})"
+    return f"{name} (session {shown_name(record['session'])}, {where})"
+
+
+def _shown(name: str) -> str:
+    from vocal.floor.shown import shown_name
+
+    return shown_name(name)
 
 
 @app.command()
@@ -70,7 +80,7 @@ def give(
     """Make SESSION the next to speak, ahead of the whole queue."""
     waiter = _conch().give(session, now=now)
     if waiter is None:
-        typer.echo(f"{session} already holds the floor", err=True)
+        typer.echo(f"{_shown(session)} already holds the floor", err=True)
 
 
 @app.command()
@@ -107,7 +117,7 @@ def wait(
     timeout: float | None = typer.Option(
         None,
         "--timeout",
-        min=0.0,
+        click_type=float_range("conch_timeout_s"),
         help="Seconds to wait (default VOCAL_CONCH_TIMEOUT), at most VOCAL_CONCH_WAIT_CAP.",
         callback=finite,
     ),  # fmt: skip
@@ -153,7 +163,7 @@ def wait(
     if as_json:
         print(json.dumps(outcome.to_dict()))
     elif outcome.granted:
-        print(f"granted: session {name} holds the floor")
+        print(f"granted: session {_shown(name)} holds the floor")
     elif outcome.position:
         holder = _who(outcome.holder.to_dict()) if outcome.holder else "nobody (handing over)"
         print(f"waiting: position {outcome.position} of {outcome.queue_length}; "
@@ -191,10 +201,13 @@ def heartbeat(
                           "queue_length": len(state.waiters), "holder": holder}))  # fmt: skip
     elif position == 0:
         assert state.holder is not None  # position 0: this session is the holder
-        print(f"holding: session {name} holds the floor, "
+        print(f"holding: session {_shown(name)} holds the floor, "
               f"expires in {state.holder.expires_at - state.now:.0f} s")  # fmt: skip
     elif granted:
-        print(f"granted: the floor waits for session {name}: call `vocal conch wait` to take it")
+        print(
+            f"granted: the floor waits for session {_shown(name)}: call `vocal conch wait` "
+            "to take it"
+        )
     else:
         who = _who(holder) if holder else "nobody (handing over)"
         print(f"waiting: position {position} of {len(state.waiters)}; speaking: {who}")

@@ -7,14 +7,23 @@ from typing import Any
 
 import typer
 
-from vocal.commands._app import command_app
+from vocal.commands._app import FiniteFloatRange, command_app, finite
 
 app = command_app(no_args_is_help=True)
 
-_PID = typer.Option(None, "--pid", help="The process to control (see `vocal control status`).")
+# PIDs are at most 2**22 on Linux (PID_MAX_LIMIT), 99998 on macOS.
+_PID = typer.Option(
+    None, "--pid", min=1, max=1 << 22, help="The process to control (see `vocal control status`)."
+)
 _SESSION = typer.Option(None, "--session", help="The session whose turn to control.")
 _JSON = typer.Option(False, "--json", help="Print the turn's reply as one JSON line.")
-_TIMEOUT = typer.Option(2.0, "--timeout", min=0.1, help="Seconds to wait for the answer.")
+_TIMEOUT = typer.Option(
+    2.0,
+    "--timeout",
+    click_type=FiniteFloatRange(0.1, 600.0),
+    callback=finite,
+    help="Seconds to wait for the answer.",
+)
 
 
 def _send(cmd: str, pid: int | None, session: str | None, as_json: bool,
@@ -143,16 +152,22 @@ def status_(pid: int | None = _PID, session: str | None = _SESSION, as_json: boo
 
 
 def _print_status(reply: dict[str, Any]) -> None:
+    """One turn's reply for a person: what the peer sent, shown safely (vocal.floor.shown)."""
+    from vocal.floor.shown import MAX_SHOWN_TEXT_CHARS, shown_name
+
+    pid = shown_name(reply.get("pid"))
     if not reply.get("ok"):
-        print(f"pid {reply.get('pid')}: error: {reply.get('error')}")
+        print(f"pid {pid}: error: {shown_name(reply.get('error'), MAX_SHOWN_TEXT_CHARS)}")
         return
-    who = reply.get("agent") or reply.get("session")
-    line = f"pid {reply['pid']} {reply.get('kind')} ({who}): {reply.get('state')}"
+    who = shown_name(reply.get("agent") or reply.get("session"))
+    kind, state = shown_name(reply.get("kind")), shown_name(reply.get("state"))
+    line = f"pid {pid} {kind} ({who}): {state}"
     if reply.get("state") == "waiting" and reply.get("position"):
-        line += f" at position {reply['position']}"
+        line += f" at position {shown_name(reply['position'])}"
     utterance = reply.get("utterance")
     if utterance:
-        line += f", utterance {utterance['id']} {utterance.get('text', '')[:60]!r}"
+        text = shown_name(utterance.get("text", ""), 60)
+        line += f", utterance {shown_name(utterance.get('id'))} {text!r}"
     if "played_s" in reply:
         line += f", {reply['played_s']:.1f} s played"
     print(line)

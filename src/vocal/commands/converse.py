@@ -7,6 +7,7 @@ import typer
 from vocal.commands._app import (
     command_app,
     finite,
+    float_range,
     hints_option,
     max_pause_ms_option,
     report_fallback,
@@ -33,8 +34,7 @@ def converse(
     speed: float | None = typer.Option(
         None,
         "--speed",
-        min=0.25,
-        max=4.0,
+        click_type=float_range("speed"),
         help="Pace, 1.0 is the engine's normal.",
         callback=finite,
     ),
@@ -63,14 +63,14 @@ def converse(
     no_speech_timeout: float | None = typer.Option(
         None,
         "--no-speech-timeout",
-        min=0.1,
+        click_type=float_range("no_speech_timeout_s"),
         help="Give up (exit 4) when nobody speaks for this long after the reply, in s [15].",
         callback=finite,
     ),  # fmt: skip
     max_seconds: float | None = typer.Option(
         None,
         "--max-seconds",
-        min=0.1,
+        click_type=float_range("max_seconds"),
         help="Hard cap on the answer, in seconds [60].",
         callback=finite,
     ),

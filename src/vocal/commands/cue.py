@@ -36,8 +36,11 @@ def cue(
     muted (`vocal mute`). Hooks should run the lean form that `--install-snippet` prints
     (`python -c 'import vocal.cuehook' EVENT`): the same cue without the CLI's start-up cost.
 
-    Exit codes: 0 played or skipped, 2 bad EVENT/--tool or an undecodable file, 5 no audio
-    output.
+    A hook's JSON on stdin is waited for 50 ms (none: no tool), then read for at most 1 s and
+    16 MB.
+
+    Exit codes: 0 played or skipped, 2 bad EVENT/--tool, an undecodable file, or a stdin
+    past those bounds (or nested over 64 levels), 5 no audio output.
     """
     from vocal.agents.cues import cue_settings, hook_snippet, play_cue, report, tool_from_hook_input
     from vocal.errors import UsageError

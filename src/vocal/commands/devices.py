@@ -28,9 +28,13 @@ def devices(
     if json_output:
         typer.echo(json.dumps([d.to_dict() for d in found], indent=2))
         return
+    from vocal.floor.shown import MAX_SHOWN_TEXT_CHARS, shown_name
+
     for d in found:
         marks = ("*in " if d.default_input else "    ") + ("*out" if d.default_output else "    ")
+        # Device names come from the sound server, which any program may add devices to.
+        name, hostapi = shown_name(d.name, MAX_SHOWN_TEXT_CHARS), shown_name(d.hostapi)
         typer.echo(
-            f"{d.index:>3} {marks} {d.name} ({d.hostapi}; "
+            f"{d.index:>3} {marks} {name} ({hostapi}; "
             f"{d.input_channels} in, {d.output_channels} out, {d.default_sample_rate:g} Hz)"
         )

@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from vocal.commands._app import command_app, finite
+from vocal.commands._app import command_app, finite, float_range
 
 app = command_app(no_args_is_help=True)
 
@@ -16,7 +16,7 @@ def hold(
     seconds: float | None = typer.Option(
         None,
         "--seconds",
-        min=0.0,
+        click_type=float_range("focus_hold_s"),
         help="How long (default VOCAL_FOCUS_HOLD_SECONDS, 30).",
         callback=finite,
     ),
@@ -32,7 +32,9 @@ def hold(
     from vocal.floor.focus import hold_focus
 
     result = hold_focus(load_settings(), seconds)
-    typer.echo(f"focus held on {result.active}", err=True)
+    from vocal.floor.shown import shown_name
+
+    typer.echo(f"focus held on {shown_name(result.active)}", err=True)
 
 
 @app.command()
@@ -52,6 +54,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print the record 
 
     from vocal.config import load_settings
     from vocal.floor.focus import focus_record
+    from vocal.floor.shown import shown_name
 
     info = focus_record(load_settings())
     if as_json:
@@ -59,7 +62,9 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print the record 
         return
     record = info["record"] or {}
     left_s = float(record.get("hold_until", 0.0)) - time.time()
+    active, pane = shown_name(info["active"]), shown_name(info["pane"])
     print(f"auto focus: {'on' if info['enabled'] else 'off (VOCAL_AUTO_FOCUS_PANE)'}; "
-          f"active pane {info['active']}; this pane {info['pane']}")  # fmt: skip
+          f"active pane {active}; this pane {pane}")  # fmt: skip
     if left_s > 0:
-        print(f"held on {record['pane']} for {left_s:.0f} s more ({record['reason']})")
+        held, reason = shown_name(record["pane"]), shown_name(record["reason"])
+        print(f"held on {held} for {left_s:.0f} s more ({reason})")

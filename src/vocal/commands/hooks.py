@@ -26,6 +26,8 @@ def _show(report: object, json_output: bool) -> None:
     typer.echo(f"{data['action']}: {data['path']} (vocal hooks: {events})")
     if data.get("backup"):
         typer.echo(f"backup of the original: {data['backup']}")
+    if data.get("note"):
+        typer.echo(f"vocal: {data['note']}", err=True)
 
 
 @app.command()
@@ -34,7 +36,8 @@ def install(agent: str = AGENT, scope: str = SCOPE, json_output: bool = JSON) ->
 
     Claude Code: Stop (a reply is on screen) runs `vocal hooks reply`, which speaks the reply's
     blockquotes in the background; SessionStart runs `vocal warmup --detach`. Running it again
-    changes nothing; the original file is kept as settings.json.vocal-backup.
+    changes nothing; the original file is kept as settings.json.vocal-backup. A settings file
+    that is a link to a missing file is refused (exit 2) and left as it is.
     """
     from vocal.agents.hooks import install as install_hooks
 
@@ -45,7 +48,8 @@ def install(agent: str = AGENT, scope: str = SCOPE, json_output: bool = JSON) ->
 def remove(agent: str = AGENT, scope: str = SCOPE, json_output: bool = JSON) -> None:
     """Take vocal's hooks out of the agent's settings, and only those.
 
-    If the file is as install left it, the original comes back byte for byte.
+    If the file is as install left it, the original comes back byte for byte. A settings
+    file that is a link to a missing file is left as it is (exit 0: nothing to remove).
     """
     from vocal.agents.hooks import remove as remove_hooks
 
@@ -85,30 +89,26 @@ def reply(
     --final` in the agent's session, so the hook returns at once; a newer reply supersedes one
     still being read. Its messages go to the log directory (hooks.log). Exit 0 when there is
     nothing to say.
+
+    The event is read for at most 3 s and 4 MB, the transcript from its last 8 MB; past
+    either, or with a transcript_path that is not a regular file, it is an error (exit 1,
+    never 2: Claude Code reads a Stop hook's 2 as "keep going").
     """
     import json
     import sys
 
+    from vocal.agents.cues import hook_exit_code
+    from vocal.agents.hook_event import read_hook_event
     from vocal.agents.hooks import reply_from_event, speak_reply_detached
     from vocal.config import load_settings
-    from vocal.speaking.speak import decode_input
+    from vocal.errors import VocalError
 
-    # A hook's event is a small JSON object (the reply itself is read from the transcript
-    # file it names); anything past this is not one, and is never read into memory whole.
-    limit_bytes = 4 * 1024 * 1024
-    data = sys.stdin.buffer.read(limit_bytes + 1)
-    if len(data) > limit_bytes:
-        from vocal.errors import UsageError
-
-        raise UsageError(f"the hook input is over {limit_bytes} bytes: not a hook event")
-    raw = decode_input(data)
     try:
-        event = json.loads(raw) if raw.strip() else {}
-    except ValueError as exc:
-        from vocal.errors import UsageError
-
-        raise UsageError(f"the hook input is not JSON ({exc})") from None
-    found = reply_from_event(event)
+        found = reply_from_event(read_hook_event(sys.stdin.buffer))
+    except VocalError as exc:
+        # Never exit 2 from the Stop hook: Claude Code reads it as "keep going".
+        exc.exit_code = hook_exit_code(exc.exit_code)
+        raise
     if print_only:
         typer.echo(json.dumps(found.to_dict() if found else None))
         return

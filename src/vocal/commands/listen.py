@@ -9,6 +9,7 @@ import typer
 from vocal.commands._app import (
     command_app,
     finite,
+    float_range,
     hints_option,
     max_pause_ms_option,
     report_fallback,
@@ -29,14 +30,14 @@ def listen(
     seconds: float = typer.Option(
         5.0,
         "--seconds",
-        min=0.1,
+        click_type=float_range("max_seconds"),
         help="The fixed window with --no-vad, in seconds.",
         callback=finite,
     ),
     max_seconds: float | None = typer.Option(
         None,
         "--max-seconds",
-        min=0.1,
+        click_type=float_range("max_seconds"),
         help="Hard cap on the recording, in seconds [60].",
         callback=finite,
     ),
@@ -53,7 +54,7 @@ def listen(
     no_speech_timeout: float | None = typer.Option(
         None,
         "--no-speech-timeout",
-        min=0.1,
+        click_type=float_range("no_speech_timeout_s"),
         help="Give up (exit 4) when nobody speaks for this long, in seconds [15].",
         callback=finite,
     ),  # fmt: skip

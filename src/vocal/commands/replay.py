@@ -8,13 +8,19 @@ from pathlib import Path
 import typer
 
 from vocal.commands._app import command_app, finite
+from vocal.config import SETTING_RANGES
 
 app = command_app()
 
 
 @app.command()
 def replay(
-    n: int = typer.Argument(1, min=1, help="Which utterance: 1 the most recent, 2 the one before."),
+    n: int = typer.Argument(
+        1,
+        min=1,
+        max=SETTING_RANGES["history_size"][1],
+        help="Which utterance: 1 the most recent, 2 the one before.",
+    ),
     list_: bool = typer.Option(False, "--list", "-l", help="List the history instead."),
     output: Path | None = typer.Option(
         None, "--output", "-o", help="Write it to a 16-bit WAV instead of playing."
@@ -39,6 +45,7 @@ def replay(
     """
     from vocal.config import load_settings
     from vocal.floor.history import History
+    from vocal.floor.shown import MAX_SHOWN_TEXT_CHARS, shown_name
 
     settings = load_settings(session=session, agent=agent)
     history = History.from_settings(settings)
@@ -47,8 +54,9 @@ def replay(
         if as_json:
             print(json.dumps(entries))
         for back, entry in enumerate(entries if not as_json else [], 1):
-            voice = f" [{entry['voice']}]" if entry["voice"] else ""
-            print(f"{back:>3}. #{entry['id']} {entry['duration_s']:.1f} s{voice} {entry['text']}")
+            voice = f" [{shown_name(entry['voice'])}]" if entry["voice"] else ""
+            text = shown_name(entry["text"], MAX_SHOWN_TEXT_CHARS)
+            print(f"{back:>3}. #{entry['id']} {entry['duration_s']:.1f} s{voice} {text}")
         return
     utterance = history.get(n)
     if output is not None:

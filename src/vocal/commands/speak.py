@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from vocal.commands._app import command_app, finite
+from vocal.commands._app import command_app, finite, float_range
 
 if TYPE_CHECKING:
     from vocal.config import Settings
@@ -30,8 +30,7 @@ def speak(
     speed: float | None = typer.Option(
         None,
         "--speed",
-        min=0.25,
-        max=4.0,
+        click_type=float_range("speed"),
         help="Pace, 1.0 is the engine's normal.",
         callback=finite,
     ),
@@ -66,7 +65,11 @@ def speak(
         None, "--message", help="Message id: TEXT is one piece of it (agent hooks; see below)."
     ),
     piece: int | None = typer.Option(
-        None, "--piece", min=0, help="Which piece of --message TEXT is, numbered from 0."
+        None,
+        "--piece",
+        min=0,
+        max=99_999,  # vocal.floor.pieces.validate_piece's range
+        help="Which piece of --message TEXT is, numbered from 0.",
     ),
     final: bool = typer.Option(False, "--final", help="This is the message's last piece."),
     json_output: bool = typer.Option(False, "--json", help="Print timings and sentences as JSON."),
@@ -75,7 +78,8 @@ def speak(
 
     Markdown, code, URLs and emoji are cleaned up first; lines with no Latin letter are skipped
     by English-only engines. `vocal mute` or `vocal volume 0` make this a no-op (exit 0) that
-    loads no engine and takes no floor; --output writes a file regardless (no floor either).
+    loads no engine and takes no floor; --output writes a file regardless (no floor either),
+    whole, and only once speech was made: on any failure the file that was there is kept.
 
     It takes the conch first (waits its turn; VOCAL_CONCH_MODE=callback returns at once with
     exit 3 instead), answers `vocal control` stop/pause/resume/skip-forward (the rest of the
@@ -94,7 +98,8 @@ def speak(
     with status "superseded" in --json (a piece arriving after its turn passed: "late", exit 3).
     Statuses: read, empty, skipped, stopped, muted (exit 0); superseded, late (exit 3).
 
-    Exit codes: 2 for empty text, binary stdin, an unknown voice or engine; 3 when the floor is
+    Exit codes: 2 for empty text, binary stdin, an unknown voice or engine, nothing speakable
+    with --output; 1 when --output cannot be written (a full disk); 3 when the floor is
     not granted in time or is taken while speaking (`vocal conch bump`); 5 when the engine or
     the audio output is unavailable (an HTTP engine that cannot be reached in time, or a cloned
     voice without its weights, included); 130 on Ctrl-C or SIGTERM (sound stops at once).

@@ -27,9 +27,10 @@ def teardown(
     entries (user scope and this project). Keeps voices/, config.toml and gates.json unless
     --all. The Hugging Face hub cache (shared with other programs) is left alone.
 
-    Only what vocal created is removed: a state directory (VOCAL_HOME) holding files vocal did
-    not make is refused with exit 2, naming them; a VOCAL_TTS_CACHE_DIR elsewhere loses only
-    the files vocal's engines wrote there.
+    Only what vocal created is removed: a state directory (VOCAL_HOME) without the marker vocal
+    writes when it makes one (.vocal-state) is refused with exit 2, naming what it holds, and
+    in a marked one files vocal did not make are left; a VOCAL_TTS_CACHE_DIR elsewhere loses
+    only the files vocal's engines wrote there.
 
     Without a terminal it needs --yes (exit 2 otherwise); --dry-run changes nothing.
     """
@@ -42,7 +43,7 @@ def teardown(
     from vocal.ops.teardown import teardown as run_teardown
 
     settings = load_settings()
-    check_home(settings, adopt=False)  # a directory that is not vocal's: refused before asking
+    check_home(settings)  # a directory that is not vocal's: refused before asking
     if not yes and not dry_run:
         if not sys.stdin.isatty():
             raise UsageError(

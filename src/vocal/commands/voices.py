@@ -93,16 +93,23 @@ def list_voices(
             f"no voices in {store.root} (add one with `vocal voices add NAME FILE`)", err=True
         )
         return
-    width = max(len(v.name) for v in voices)
+    from vocal.floor.shown import MAX_SHOWN_TEXT_CHARS, shown_name
+
+    # Folder and file names and descriptions are the user's files: shown safely (issue 37).
+    names = {v.name: shown_name(v.name) for v in voices}
+    width = max(len(shown) for shown in names.values())
     for voice in voices:
+        name = names[voice.name]
         if voice.problem:
-            typer.echo(f"! {voice.name:<{width}}  {voice.problem}")
+            typer.echo(f"! {name:<{width}}  {shown_name(voice.problem, MAX_SHOWN_TEXT_CHARS)}")
             continue
         active = next((s for s in voice.samples if s.name == voice.default), None)
         length = f"{active.duration_s:4.1f} s" if active and active.duration_s else "   ? s"
         more = f" (+{len(voice.samples) - 1} more)" if len(voice.samples) > 1 else ""
-        about = f"  {voice.description}" if voice.description else ""
-        typer.echo(f"  {voice.name:<{width}}  {length}  {voice.default}{more}{about}")
+        about = (
+            f"  {shown_name(voice.description, MAX_SHOWN_TEXT_CHARS)}" if voice.description else ""
+        )
+        typer.echo(f"  {name:<{width}}  {length}  {shown_name(voice.default)}{more}{about}")
 
 
 @app.command()
@@ -125,12 +132,14 @@ def show(
         data["engine"] = _weights_status(settings)
         typer.echo(json.dumps(data, indent=2))
         return
-    typer.echo(f"voice:       {voice.name}")
-    typer.echo(f"path:        {voice.path}")
+    from vocal.floor.shown import MAX_SHOWN_LINE_CHARS, MAX_SHOWN_TEXT_CHARS, shown_name
+
+    typer.echo(f"voice:       {shown_name(voice.name)}")
+    typer.echo(f"path:        {shown_name(voice.path, MAX_SHOWN_LINE_CHARS)}")
     if voice.description:
-        typer.echo(f"description: {voice.description}")
+        typer.echo(f"description: {shown_name(voice.description, MAX_SHOWN_TEXT_CHARS)}")
     if voice.problem:
-        typer.echo(f"problem:     {voice.problem}")
+        typer.echo(f"problem:     {shown_name(voice.problem, MAX_SHOWN_TEXT_CHARS)}")
     typer.echo("samples:")
     for sample in voice.samples:
         mark = "*" if sample.name == voice.default else " "
@@ -139,12 +148,12 @@ def show(
             if sample.duration_s
             else "not a readable WAV"
         )
-        typer.echo(f"  {mark} {sample.name}  ({info})")
+        typer.echo(f"  {mark} {shown_name(sample.name)}  ({info})")
     typer.echo(f"engine:      chatterbox, {_weights_status(settings)}")
     if voice.persona:
         typer.echo("persona:")
         for line in voice.persona.rstrip().splitlines():
-            typer.echo(f"  {line}")
+            typer.echo(f"  {shown_name(line, MAX_SHOWN_LINE_CHARS)}")
 
 
 @app.command()
@@ -167,7 +176,9 @@ def use(
 def remove(name: str = typer.Argument(..., help="The voice to delete.")) -> None:
     """Delete a voice and its cached conditioning.
 
-    Its samples, description and persona go with it.
+    Its samples, description and persona go with it. Only a voice `vocal voices add` made is
+    removed (its .vocal-voice manifest names every file in it): a folder of recordings, a
+    link, or a voice holding takes added by hand is refused with exit 2 and left as it is.
     """
     from vocal.tts.chatterbox_model import conditioning_cache_dir
 

@@ -12,7 +12,10 @@ app = command_app()
 @app.command()
 def volume(
     percent: int | None = typer.Argument(
-        None, help="New volume, 0 to 200 percent of the engine's level; omit to show it."
+        None,
+        min=0,
+        max=200,
+        help="New volume, 0 to 200 percent of the engine's level; omit to show it.",
     ),
     json_output: bool = typer.Option(False, "--json", help="Print the gates as JSON."),
 ) -> None:

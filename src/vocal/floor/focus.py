@@ -43,7 +43,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vocal.errors import UsageError
-from vocal.floor.statefiles import locked, private_dir, read_json, write_json
+from vocal.floor.statefiles import (
+    BadRecord,
+    check_field,
+    locked,
+    private_dir,
+    read_record,
+    write_json,
+)
 
 if TYPE_CHECKING:
     from vocal.config import Settings
@@ -125,27 +132,47 @@ def select_pane(target: TmuxPane) -> None:
     tmux(target.socket, "select-window", "-t", target.pane, ";", "select-pane", "-t", target.pane)
 
 
+def parse_sentinel(data: Any) -> dict[str, dict[str, Any]]:
+    """focus.json as `FocusSentinel.write` makes it: {KEY: {pane, hold_until, reason, at}}.
+    Anything else raises BadRecord: the file is quarantined and the sentinel starts afresh,
+    rather than every turn failing on it (issue 37)."""
+    if not isinstance(data, dict):
+        raise BadRecord(f"focus: a JSON {type(data).__name__}, not an object")
+    for record in data.values():
+        if not isinstance(record, dict):
+            raise BadRecord("focus: a record is not an object")
+        check_field("pane", record.get("pane"), "str")
+        record["hold_until"] = check_field("hold_until", record.get("hold_until", 0.0), "float")
+        check_field("reason", record.setdefault("reason", ""), "str")
+        check_field("at", record.setdefault("at", 0.0), "float")
+    return data
+
+
 class FocusSentinel:
     """The hold sentinel (see the module docstring): one record per tmux session, keyed
-    "SOCKET SESSION_ID"."""
+    "SOCKET SESSION_ID". A malformed file is quarantined (logged in `log_dir`) by whoever
+    holds its lock, and read as empty by everyone."""
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, log_dir: Path | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / SENTINEL_NAME
+        self.log_dir = log_dir
 
     def lock(self) -> Any:
         private_dir(self.run_dir)
         return locked(self.run_dir / "focus.lock")
 
-    def read(self, key: str) -> dict[str, Any] | None:
-        data = read_json(self.path)
-        record = data.get(key) if isinstance(data, dict) else None
-        return record if isinstance(record, dict) and isinstance(record.get("pane"), str) else None
+    def records(self, *, heal: bool = True) -> dict[str, dict[str, Any]]:
+        """Every session's record; `heal` (the caller holds `lock()`): quarantine a bad file."""
+        found = read_record(self.path, parse_sentinel, log_dir=self.log_dir, quarantine_bad=heal)
+        return found or {}
+
+    def read(self, key: str, *, heal: bool = True) -> dict[str, Any] | None:
+        return self.records(heal=heal).get(key)
 
     def write(self, key: str, pane: str, hold_until: float, reason: str,
               now: float) -> None:  # fmt: skip
-        data = read_json(self.path)
-        data = data if isinstance(data, dict) else {}
+        data = self.records()
         data[key] = {"pane": pane, "hold_until": hold_until, "reason": reason, "at": now}
         write_json(self.path, data)
 
@@ -158,7 +185,7 @@ def focus_pane(settings: Settings, env: Mapping[str, str] | None = None) -> Focu
     target = TmuxPane.from_env(env)
     if target is None:
         return FocusResult("outside-tmux")
-    sentinel = FocusSentinel(settings.run_dir)
+    sentinel = FocusSentinel(settings.run_dir, settings.log_dir)
     with sentinel.lock():
         now = time.time()
         try:
@@ -189,7 +216,7 @@ def hold_focus(settings: Settings, seconds: float | None = None,
                env: Mapping[str, str] | None = None) -> FocusResult:  # fmt: skip
     """Hold focus on the active pane of the caller's tmux session (`vocal focus hold`)."""
     target = _need_tmux(env)
-    sentinel = FocusSentinel(settings.run_dir)
+    sentinel = FocusSentinel(settings.run_dir, settings.log_dir)
     with sentinel.lock():
         now = time.time()
         session, active = _active_or_usage(target)
@@ -201,7 +228,7 @@ def hold_focus(settings: Settings, seconds: float | None = None,
 def release_focus(settings: Settings, env: Mapping[str, str] | None = None) -> bool:
     """End a hold on the caller's tmux server; False if there was none."""
     target = _need_tmux(env)
-    sentinel = FocusSentinel(settings.run_dir)
+    sentinel = FocusSentinel(settings.run_dir, settings.log_dir)
     with sentinel.lock():
         key = f"{target.socket} {_active_or_usage(target)[0]}"
         record = sentinel.read(key)
@@ -215,7 +242,8 @@ def focus_record(settings: Settings, env: Mapping[str, str] | None = None) -> di
     """The sentinel's record for the caller's tmux server (`vocal focus status`)."""
     target = _need_tmux(env)
     session, active = _active_or_usage(target)
-    record = FocusSentinel(settings.run_dir).read(f"{target.socket} {session}")
+    sentinel = FocusSentinel(settings.run_dir, settings.log_dir)
+    record = sentinel.read(f"{target.socket} {session}", heal=False)
     return {"socket": target.socket, "session": session, "pane": target.pane, "active": active,
             "enabled": settings.auto_focus_pane, "record": record}  # fmt: skip
 
@@ -243,6 +271,7 @@ __all__ = [
     "focus_pane",
     "focus_record",
     "hold_focus",
+    "parse_sentinel",
     "release_focus",
     "select_pane",
     "tmux",

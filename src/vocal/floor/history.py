@@ -27,6 +27,7 @@ Standard library at import time; numpy only when PCM is decoded.
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,6 +59,11 @@ MIN_SAMPLE_RATE = 4_000
 MAX_SAMPLE_RATE = 768_000
 #: Metadata holds the utterance's text; larger than this it is not ours.
 MAX_META_BYTES = 8 << 20
+#: The largest utterance id: an entry's file name is at most 12 ASCII digits. When the next id
+#: would pass it (a planted `999999999999.pcm`, a garbled `seq`), the entries kept are
+#: numbered again from 1, so numbering never wedges (issue 37).
+MAX_ID = 10**12 - 1
+_ENTRY_STEM = re.compile(r"[0-9]{1,12}")
 _BYTES_PER_FRAME = 2
 
 
@@ -110,7 +116,7 @@ def parse_entry(data: Any, utterance_id: int | None = None) -> Utterance:
     repeat), field by field; raises BadRecord. `frames` and `pcm_path` are the caller's."""
     if not isinstance(data, dict):
         raise BadRecord(f"history entry: a JSON {type(data).__name__}, not an object")
-    entry_id = check_field("id", data.get("id"), "int", (0, 10**12))
+    entry_id = check_field("id", data.get("id"), "int", (0, MAX_ID))
     if utterance_id is not None and entry_id != utterance_id:
         raise BadRecord(f"history entry: id {entry_id} in the file of {utterance_id}")
     rate = check_field("sample_rate", data.get("sample_rate"), "int",
@@ -128,7 +134,15 @@ def parse_entry(data: Any, utterance_id: int | None = None) -> Utterance:
 
 
 def _parse_count(data: Any) -> int:
-    return check_field("seq", data, "int", (0, 10**12))
+    return check_field("seq", data, "int", (0, MAX_ID))
+
+
+def entry_id(stem: str) -> int | None:
+    """The utterance id a file name's stem spells (`000042` -> 42), or None when the stem is
+    not one vocal writes: only ASCII digits count ("²".isdigit() is true, and int() of it
+    raised in every later `speak`), at most 12 of them (a 250-digit name made every next
+    name too long to create)."""
+    return int(stem) if _ENTRY_STEM.fullmatch(stem) else None
 
 
 class Recording:
@@ -212,8 +226,9 @@ class History:
                 self._write_meta(utterance)
 
     def _load(self, meta_path: Path) -> Utterance | None:
-        stem = meta_path.name[:-5]
-        utterance_id = int(stem) if stem.isdigit() else -1  # -1: never a valid id
+        utterance_id = entry_id(meta_path.name[:-5])
+        if utterance_id is None:
+            return None
         utterance = read_record(meta_path, lambda d: parse_entry(d, utterance_id),
                                 log_dir=self.log_dir, max_bytes=MAX_META_BYTES)  # fmt: skip
         if utterance is None:
@@ -231,7 +246,7 @@ class History:
         names = sorted(self._names(), reverse=True)
         found = []
         for name in names:
-            if name.endswith(".json") and name[:-5].isdigit():
+            if name.endswith(".json") and entry_id(name[:-5]) is not None:
                 utterance = self._load(self.directory / name)
                 if utterance is not None:
                     found.append(utterance)
@@ -278,8 +293,25 @@ class History:
         """Under the lock: one more than the last id handed out and than every id on disk (the
         `seq` file may be lost or garbled)."""
         last = read_record(self.directory / "seq", _parse_count, log_dir=self.log_dir) or 0
-        on_disk = [int(n.split(".")[0]) for n in self._names() if n.split(".")[0].isdigit()]
-        return max([last, *on_disk]) + 1
+        on_disk = [entry_id(n.partition(".")[0]) or 0 for n in self._names()]
+        next_id = max([last, *on_disk]) + 1
+        return next_id if next_id <= MAX_ID else self._renumber() + 1
+
+    def _renumber(self) -> int:
+        """Under the lock: number the entries kept 1, 2, ... oldest first (ids only shrink, so
+        no rename lands on another entry); the highest id now, 0 when there are none."""
+        self._trim()  # orphans and the entries beyond the size limit go first
+        entries = sorted(self.entries(), key=lambda u: u.id)
+        for new_id, utterance in enumerate(entries, 1):
+            if utterance.id == new_id:
+                continue
+            old_id = utterance.id
+            os.replace(self._pcm_path(old_id), self._pcm_path(new_id))
+            utterance.id = new_id
+            self._write_meta(utterance)
+            unlink(self._meta_path(old_id))
+        unlink(self.directory / "cursor.json")  # it names the old ids
+        return len(entries)
 
     def _names(self) -> list[str]:
         try:
@@ -293,7 +325,8 @@ class History:
         keep = {u.id for u in self.entries()[: self.size]}
         for name in self._names():
             stem, dot, suffix = name.partition(".")
-            if dot and suffix in ("json", "pcm") and stem.isdigit() and int(stem) not in keep:
+            number = entry_id(stem)
+            if dot and suffix in ("json", "pcm") and number is not None and number not in keep:
                 unlink(self.directory / name)
 
     def record(self, audio: Audio, *, text: str, voice: str | None = None,
@@ -356,4 +389,12 @@ def _parse_cursor(data: Any) -> tuple[int, int]:
             check_field("newest_id", data.get("newest_id"), "int"))  # fmt: skip
 
 
-__all__ = ["MAX_UTTERANCE_S", "parse_entry", "History", "Recording", "Utterance"]
+__all__ = [
+    "MAX_ID",
+    "MAX_UTTERANCE_S",
+    "entry_id",
+    "parse_entry",
+    "History",
+    "Recording",
+    "Utterance",
+]

@@ -12,6 +12,9 @@ through files in the state directory.
         <ID>/piece-N.json                 {text, final, arrived_at}, written once, atomically
         <ID>/cursor.json                  {next, advanced_at, final, results: {N: status}, closed}
 
+Each file is checked as it is read (vocal.floor.message_records): one that is not what vocal
+writes is quarantined and read as absent, so it never fails the pieces that come after it.
+
 Every process writes its piece file, then loops: is its own piece settled (read, empty, dropped)?
 If not, it tries the message lock; whoever holds it is the reader and reads every piece that is
 next in order, its own or another's, advancing the cursor, so nothing is read twice or lost. A
@@ -44,7 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from vocal.errors import UsageError
-from vocal.floor.statefiles import locked, private_dir, read_json, unlink, write_json
+from vocal.floor.message_records import parse_cursor, parse_index, parse_piece
+from vocal.floor.statefiles import locked, private_dir, read_record, unlink, write_json
 
 #: Message ids are file names: letters, digits, '.', '_', '-', not starting with a dot.
 _SAFE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,127}")
@@ -135,8 +139,10 @@ class PieceOutcome:
 class MessageBoard:
     """The files of one scope (session) of messages. See the module docstring."""
 
-    def __init__(self, run_dir: Path, session: str | None) -> None:
+    def __init__(self, run_dir: Path, session: str | None, *, log_dir: Path | None = None) -> None:
         self.root = Path(run_dir) / "messages" / scope_name(session)
+        #: Where a quarantined (corrupt) index, cursor or piece file is logged.
+        self.log_dir = log_dir
 
     # -- paths and small files -----------------------------------------------------------------
     def _dir(self, message: str) -> Path:
@@ -146,17 +152,15 @@ class MessageBoard:
         return self._dir(message) / f"piece-{piece}.json"
 
     def _cursor(self, message: str) -> dict[str, Any] | None:
-        data = read_json(self._dir(message) / "cursor.json")
-        return data if isinstance(data, dict) else None
+        path = self._dir(message) / "cursor.json"
+        return read_record(path, parse_cursor, log_dir=self.log_dir)
 
     def _write_cursor(self, message: str, cursor: dict[str, Any]) -> None:
         write_json(self._dir(message) / "cursor.json", cursor)
 
     def _index(self) -> dict[str, Any]:
-        data = read_json(self.root / "index.json")
-        if not isinstance(data, dict) or not isinstance(data.get("messages"), dict):
-            return {"latest": None, "seq": 0, "messages": {}}
-        return data
+        data = read_record(self.root / "index.json", parse_index, log_dir=self.log_dir)
+        return data if data is not None else {"latest": None, "seq": 0, "messages": {}}
 
     def latest(self) -> str | None:
         """The newest message of this scope (by arrival of its first piece)."""
@@ -181,7 +185,7 @@ class MessageBoard:
                 known = {"seq": index["seq"], "at": now, "done": False}
                 index["messages"][message] = known
                 index["latest"] = message
-                self._dir(message).mkdir(exist_ok=True)
+                private_dir(self._dir(message))  # 0700, as every state directory (issue 37)
                 self._write_cursor(message, {"next": 0, "advanced_at": now, "final": None,
                                              "results": {}, "closed": None})  # fmt: skip
                 write_json(self.root / "index.json", index)
@@ -251,7 +255,8 @@ class MessageBoard:
             for name in os.listdir(self._dir(message)):
                 if name.startswith("piece-") and name.endswith(".json"):
                     number = name[6:-5]
-                    data = read_json(self._dir(message) / name)
+                    path = self._dir(message) / name
+                    data = read_record(path, parse_piece, log_dir=self.log_dir)
                     if number.isdigit() and isinstance(data, dict):
                         pieces[int(number)] = data
         return pieces

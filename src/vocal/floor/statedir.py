@@ -1,9 +1,12 @@
 """The state directory (`VOCAL_HOME`, default `~/.vocal`): vocal's, and private (issue 17).
 
-It is made 0700 and marked as vocal's (`.vocal-state`); a directory vocal did not make and that
-holds anything but vocal's layout is refused rather than adopted, and no component below it may
-be a symbolic link. `ensure_private_dir` makes the directories that sockets, locks and records
-live in. Standard library only.
+It is made 0700 and marked as vocal's (`.vocal-state`) when vocal creates it, and only then: a
+directory vocal did not make is never marked, whatever it holds, and teardown removes nothing
+from it (issue 37). No component below it may be a symbolic link. Every directory vocal makes,
+whichever command makes it, is made here, 0700 (issue 37: a first `speak` or `warmup` left
+0755 state): `ensure_private_dir` for the directories sockets, locks and records live in,
+`make_private_dirs` for caches and stores (it leaves existing directories, and links, alone).
+Standard library only.
 """
 
 from __future__ import annotations
@@ -30,8 +33,32 @@ def ensure_private_dir(path: Path) -> Path:
         _refuse_links(path, home)  # before creating anything through one
     elif path.is_symlink():
         raise UsageError(f"{path} is a symbolic link; vocal keeps its state in real directories")
+    _make_missing(path)
+    os.chmod(path, 0o700)
+    return path
+
+
+def make_private_dirs(path: Path) -> Path:
+    """Create `path` and its missing parents 0700, and return it: caches, stores, logs.
+
+    Unlike `ensure_private_dir`, directories that exist are left as they are (a cache folder
+    the user pointed vocal at may be shared on purpose) and links are followed (a cache moved
+    to another disk). Below a state directory that does not exist yet, that is made first,
+    0700 and marked (`create_state_dir`): a cache written before any state still makes the
+    state directory vocal's.
+    """
+    path = Path(path)
+    home = state_home()
+    if _within(path, home) and not os.path.lexists(home):
+        create_state_dir(home)
+    _make_missing(path)
+    return path
+
+
+def _make_missing(path: Path) -> None:
+    """mkdir each missing component of `path`, 0700 whatever the umask."""
     missing = []
-    probe = path
+    probe = Path(path)
     while not os.path.lexists(probe) and probe != probe.parent:
         missing.append(probe)
         probe = probe.parent
@@ -39,15 +66,54 @@ def ensure_private_dir(path: Path) -> Path:
         try:
             os.mkdir(directory, 0o700)
         except FileExistsError:  # another process made it meanwhile
-            pass
-    os.chmod(path, 0o700)
-    return path
+            continue
+        os.chmod(directory, 0o700)  # mkdir's mode is filtered by the umask
+
+
+# -- what vocal wrote in a folder it shares (issue 37) -----------------------------------------
+#: In a cache folder that may be shared with other programs (a `tts_cache_dir` outside the state
+#: directory), the names of the files vocal wrote there, one a line: teardown removes those and
+#: nothing else, whatever else looks like them.
+MADE_MANIFEST_NAME = ".vocal-made"
+#: Far more than the few cache files an engine writes; past it the manifest is not read.
+MADE_MANIFEST_MAX_BYTES = 64 * 1024
+
+
+def record_made(path: Path) -> None:
+    """Note in its folder's manifest that vocal wrote `path` (one appended line: concurrent
+    writers do not lose each other's names). A manifest that cannot be written costs only the
+    teardown of that file, which is then left."""
+    line = (Path(path).name + "\n").encode("utf-8", "surrogateescape")
+    manifest = Path(path).parent / MADE_MANIFEST_NAME
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(manifest, flags, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def made_in(directory: Path) -> set[str]:
+    """The names `record_made` noted in `directory` (empty without a readable manifest)."""
+    manifest = Path(directory) / MADE_MANIFEST_NAME
+    try:
+        fd = os.open(manifest, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return set()
+    with os.fdopen(fd, "rb") as f:
+        data = f.read(MADE_MANIFEST_MAX_BYTES + 1)
+    if len(data) > MADE_MANIFEST_MAX_BYTES:
+        return set()
+    names = data.decode("utf-8", "surrogateescape").splitlines()
+    return {n for n in names if n and n not in (".", "..") and "/" not in n and "\0" not in n}
 
 
 # -- the state directory: vocal's, and private (issue 17) ------------------------------------
-#: Marks a directory as vocal's state directory: written when vocal creates it, or when it
-#: adopts an existing one that holds nothing but vocal's own layout. Teardown refuses a
-#: directory without it that holds anything else.
+#: Marks a directory as vocal's state directory: written when vocal creates it, and only then
+#: (never for a directory found there). Teardown removes nothing from a directory without it.
 STATE_MARKER_NAME = ".vocal-state"
 STATE_MARKER_VERSION = 1
 #: Every name vocal itself puts at the top of the state directory (Settings' layout, gates,
@@ -105,7 +171,7 @@ def write_state_marker(home: Path) -> None:
     import json
     import time
 
-    from vocal.atomicfile import write_atomic
+    from vocal.files.atomic import write_atomic
 
     data = {"version": STATE_MARKER_VERSION, "made_by": "vocal", "marked_at": int(time.time())}
     write_atomic(Path(home) / STATE_MARKER_NAME, json.dumps(data).encode() + b"\n", mode=0o600)
@@ -140,7 +206,7 @@ def create_state_dir(home: Path) -> bool:
     home = Path(home)
     if os.path.lexists(home):
         return False
-    home.parent.mkdir(parents=True, exist_ok=True)
+    _make_missing(home.parent)
     try:
         os.mkdir(home, 0o700)
     except FileExistsError:  # another vocal made it meanwhile
@@ -159,9 +225,11 @@ def ensure_state_dir(home: Path) -> Path:
     """The state directory, created 0700 and marked, or checked when it exists.
 
     An existing directory owned by another user or writable by others is a `UsageError`:
-    anyone who can write there can swap vocal's records and sockets. An unmarked one that
-    holds nothing but vocal's layout (an older vocal's `~/.vocal`) is adopted: marked, with
-    its history and logs made 0700. Anything else is left as it is, unmarked.
+    anyone who can write there can swap vocal's records and sockets. An existing directory
+    is never marked: the marker is the proof that vocal made the directory, and teardown
+    deletes nothing without it, however much the entries look like vocal's (issue 37: a
+    folder of the user's holding `cache/` and `history/` of its own was adopted, then torn
+    down). A marked one has its history and logs made 0700.
     """
     home = Path(home)
     if create_state_dir(home):
@@ -171,9 +239,6 @@ def ensure_state_dir(home: Path) -> Path:
         raise UsageError(problem, hint=state_dir_fix(home))
     # A stat, not a parse: this runs on every conch and control call (teardown parses it).
     marked = os.path.isfile(home / STATE_MARKER_NAME)
-    if not marked and not foreign_entries(home):
-        write_state_marker(home)
-        marked = True
     if marked:
         # What was said (history, logs) is kept from other users even in an older vocal's
         # 0755 directory. The directory itself keeps the mode it was given: someone may have
@@ -216,6 +281,7 @@ def _refuse_links(path: Path, home: Path) -> None:
 
 
 __all__ = [
+    "MADE_MANIFEST_NAME",
     "STATE_ENTRY_NAMES",
     "STATE_MARKER_NAME",
     "create_state_dir",
@@ -224,8 +290,11 @@ __all__ = [
     "foreign_entries",
     "has_state_marker",
     "is_state_entry",
+    "make_private_dirs",
+    "made_in",
     "state_dir_fix",
     "state_dir_problem",
+    "record_made",
     "state_home",
     "write_state_marker",
 ]

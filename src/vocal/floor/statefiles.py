@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from vocal.files.bounded import BoundedReadError, loads_json, read_up_to
 from vocal.floor.statedir import ensure_private_dir
 
 #: Longest AF_UNIX path we bind directly (sun_path is 104 bytes on macOS, 108 on Linux).
@@ -123,7 +124,7 @@ def load_json(
     """The JSON in `path` and the file's identity (stat) as read; (None, None) if it is missing.
 
     Raises:
-        BadRecord: not UTF-8 JSON, nested too deep (RecursionError), or too large.
+        BadRecord: not UTF-8 JSON, nested too deep (vocal.files.bounded.loads_json), or too large.
     """
     # No link is followed (the state directory holds none of ours) and a FIFO or device
     # cannot block or flood the reader: only a regular file's first max_bytes are read.
@@ -140,29 +141,17 @@ def load_json(
         identity = os.fstat(fd)
         if not stat.S_ISREG(identity.st_mode):
             raise BadRecord("not a regular file")
-        raw = _read_up_to(fd, max_bytes + 1)
+        raw = read_up_to(fd, max_bytes + 1)
     finally:
         os.close(fd)
     if len(raw) > max_bytes:
         raise BadRecord(f"larger than {max_bytes} bytes")
     try:
-        return json.loads(raw.decode("utf-8")), identity
-    except RecursionError:
-        raise BadRecord("JSON nested too deep") from None
+        return loads_json(raw.decode("utf-8")), identity
+    except BoundedReadError as exc:  # nested too deep: refused before the parser recursed
+        raise BadRecord(str(exc)) from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
         raise BadRecord(f"not JSON: {str(exc)[:120]}") from None
-
-
-def _read_up_to(fd: int, limit: int) -> bytes:
-    """At most `limit` bytes from `fd`, to its end."""
-    chunks, size = [], 0
-    while size < limit:
-        chunk = os.read(fd, min(65536, limit - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 def read_record(

@@ -36,6 +36,7 @@ from vocal.floor.conch_records import ConchCancelled, ConchLost, Held, Holder, d
 from vocal.floor.control import ControlServer
 from vocal.floor.history import History, Recording, Utterance
 from vocal.floor.phases import IllegalTransition, TurnPhase, allowed
+from vocal.floor.shown import shown_name
 
 if TYPE_CHECKING:
     import numpy as np
@@ -192,7 +193,8 @@ class Turn:
         first = self.position is None
         self.position = position
         if first:
-            who = (holder.agent or holder.session) if holder else "the previous speaker"
+            # The holder's name is from the conch's files: shown safely (vocal.floor.shown).
+            who = shown_name(holder.agent or holder.session) if holder else "the previous speaker"
             self._status(f"waiting for the floor: position {position}, {who} is speaking")
 
     def _on_lost(self) -> None:

@@ -3,7 +3,9 @@
 `--ptt` (listen and converse) records until Enter or Space, and Esc cancels. The keys come from
 the controlling terminal (`/dev/tty`), never from stdin, which may carry the text to speak or be
 a pipe. The terminal is put in cbreak mode while the keys are read (no echo, no line buffering;
-Ctrl-C still sends SIGINT) and restored however the turn ends.
+Ctrl-C still sends SIGINT) and restored however the turn ends: SIGINT, SIGTERM, SIGHUP and
+SIGQUIT give it back the moment they arrive (issue 37: killed, it once left the person's shell
+echoing nothing), and the process then ends as the signal says (`PushToTalk._on_signal`).
 
 An escape sequence (an arrow key sends Esc [ A) is not a cancel: Esc counts only when nothing
 follows it within `ESC_ALONE_S`, as terminals and readline decide it.
@@ -15,6 +17,7 @@ import contextlib
 import dataclasses
 import os
 import select
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -33,6 +36,9 @@ ESC = 0x1B
 #: An Esc followed by more bytes within this is an escape sequence (a function key), not Esc.
 ESC_ALONE_S = 0.05
 
+
+#: Signals that give the terminal back the moment they arrive, before the process ends.
+RESTORING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 #: Said once on stderr (a terminal) when the recording starts.
 PROMPT = "recording: Enter or Space when you are done, Esc cancels"
@@ -84,6 +90,7 @@ class PushToTalk:
         self._saved: list | None = None
         self._wake_r, self._wake_w = -1, -1
         self._thread: threading.Thread | None = None
+        self._old_handlers: dict[int, Any] = {}
 
     @property
     def pressed(self) -> bool:
@@ -104,12 +111,15 @@ class PushToTalk:
             ) from exc
         try:
             self._saved = termios.tcgetattr(fd)
+            self._fd = fd
+            self._catch_signals()  # before cbreak: no moment where a signal leaves it set
             tty.setcbreak(fd, termios.TCSANOW)
             termios.tcflush(fd, termios.TCIFLUSH)  # keys typed before the recording do not count
         except termios.error as exc:
+            self._release_signals()
+            self._fd = None
             os.close(fd)
             raise UsageError(f"--ptt: {self.tty_path} is not a terminal ({exc})") from exc
-        self._fd = fd
         self._wake_r, self._wake_w = os.pipe()
         if not self.read:
             return self
@@ -133,9 +143,44 @@ class PushToTalk:
             if self._saved is not None:
                 termios.tcsetattr(self._fd, termios.TCSANOW, self._saved)
         finally:
+            self._release_signals()
             for fd in (self._fd, self._wake_r, self._wake_w):
                 os.close(fd)
             self._fd = None
+
+    def _catch_signals(self) -> None:
+        """Route `RESTORING_SIGNALS` to `_on_signal` (main thread only: elsewhere Python cannot
+        set handlers). An ignored signal stays ignored: under nohup a hang-up is no end."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in RESTORING_SIGNALS:
+            previous = signal.getsignal(signum)
+            if previous is not signal.SIG_IGN:
+                self._old_handlers[signum] = signal.signal(signum, self._on_signal)
+
+    def _release_signals(self) -> None:
+        for signum, handler in self._old_handlers.items():
+            signal.signal(signum, handler)
+        self._old_handlers.clear()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """Give the terminal back at once, then end as the signal would have: through the
+        previous handler (a turn's releases the floor; Ctrl-C's raises KeyboardInterrupt) or,
+        with none, by the signal itself, so the parent sees it (a shell says 128 + signum)."""
+        import termios
+
+        if self._fd is not None and self._saved is not None:
+            with contextlib.suppress(termios.error, OSError):
+                termios.tcsetattr(self._fd, termios.TCSANOW, self._saved)
+        previous = self._old_handlers.get(signum)
+        if callable(previous):
+            previous(signum, frame)
+            return
+        # Not an exception: raised here it may strike inside an import with the import lock
+        # held, and the unwinding then hung joining the recognizer's loader (seen, issue 37).
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+        os._exit(128 + signum)  # a signal whose default is not to end the process
 
     def _read(self) -> None:
         fd = self._fd

@@ -1,11 +1,23 @@
-"""One POST to a remote engine: a deadline, retries where a retry can help, clear errors.
+"""One POST to a remote engine: a real deadline, a capped body, no redirects, clear errors.
 
-Every request has one deadline, `timeout_s`, for connecting, sending, every read and the whole
-body together, retries included, so a server that trickles bytes or keeps failing cannot hang a
-turn. A 5xx answer in `RETRY_STATUSES` and a connection reset (a server restarting, a proxy
-dropping an idle connection) are tried again after a short backoff, up to `retries` times, while
-the deadline allows; a refused connection, a name that does not resolve, a timeout or a 4xx is
-not (offline stays offline, and the caller may have a fallback to run in the time left).
+Keys stay with their host: no redirect is followed. urllib follows a 301/302/303 by itself,
+as a GET with every header, `Authorization` included, to wherever `Location` points; the
+other host's answer was then taken as the person's words (issue 37). A 3xx is one clear
+`EngineError` naming where the server pointed, so the person can set the base URL to it if
+they trust it: the request and its key went nowhere else. (Following same-origin redirects
+would save nothing a base URL set once does not, and each rule of when to follow is one more
+to get wrong: curl and requests strip credentials; vocal sends nothing.)
+
+Every request has one deadline, `timeout_s`, for the name lookup, connecting, the TLS
+handshake, sending, the headers and the whole body, retries included: the exchange runs in a
+worker thread whose sockets are shut down when the deadline passes (vocal.net.deadline), so a
+server that trickles a byte every half second is cut off as surely as one that never answers,
+and a caller's fallback runs in the time left. A 5xx answer in `RETRY_STATUSES` and a
+connection reset (a server restarting, a proxy dropping an idle connection) are tried again
+after a short backoff, up to `retries` times, while the deadline allows; a refused connection,
+a name that does not resolve, a timeout or a 4xx is not (offline stays offline). Each caller
+caps the body it reads (`max_body_bytes`: a JSON transcript far below a sentence's audio), and
+a Content-Length above the cap is refused before a byte of the body is read.
 Every failure is an `EngineError` (exit 5) naming the URL without its credentials or query.
 
 Standard library only (urllib): one POST per sentence or per turn needs no client library, and
@@ -20,16 +32,22 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from typing import Any
 
 from vocal.errors import EngineError
+from vocal.net.deadline import Sockets, run_by
+from vocal.net.urls import shown_url
 
-#: The largest body read back: a minute of 24 kHz float audio is 5.8 MB.
+#: The default cap on a body read back: a minute of 24 kHz float audio is 5.8 MB.
 MAX_BODY_BYTES = 64 * 1024 * 1024
 #: Answers worth another try: the server or a gateway in front of it failed for now.
 RETRY_STATUSES = frozenset({500, 502, 503, 504})
 #: The pause before the first and each later retry: short, since a person waits for the
 #: answer (no measurement; OpenAI's own clients start at 0.5 s for batch work).
 RETRY_BACKOFF_S = (0.1, 0.3)
+#: The longest deadline taken: the settings' ranges stop at 600 s, and a far larger one (1e300)
+#: overflows the operating system's timed waits (OverflowError).
+MAX_TIMEOUT_S = 24 * 3600.0
 _READ_BYTES = 64 * 1024
 #: A connection the server or a proxy dropped mid-exchange: worth another try.
 _DROPPED = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError,
@@ -44,18 +62,35 @@ class _Retryable(Exception):
         self.error = error
 
 
-def shown_url(url: str) -> str:
-    """`url` as an error message shows it: scheme, host, port and path; never a user name,
-    password, query (which may hold a key) or fragment."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:  # an IPv6 literal
-        host = f"[{host}]"
-    try:
-        port = f":{parts.port}" if parts.port else ""
-    except ValueError:  # a port that is not a number
-        port = ""
-    return f"{parts.scheme}://{host}{port}{parts.path}"
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow nothing: the 3xx reaches the caller as an HTTPError (module docstring)."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+class _HttpHandler(urllib.request.HTTPHandler):
+    """urllib's handler, with each connection's sockets kept for the deadline."""
+
+    def __init__(self, sockets: Sockets) -> None:
+        super().__init__()
+        self._sockets = sockets
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(self._sockets.connection(http.client.HTTPConnection), req)
+
+
+class _HttpsHandler(urllib.request.HTTPSHandler):
+    """urllib's TLS handler (certificates checked), sockets kept for the deadline."""
+
+    def __init__(self, sockets: Sockets) -> None:
+        super().__init__()
+        self._sockets = sockets
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        context = self._context  # type: ignore[attr-defined]  # urllib's own default context
+        connection = self._sockets.connection(http.client.HTTPSConnection)
+        return self.do_open(connection, req, context=context)
 
 
 def post(
@@ -65,6 +100,8 @@ def post(
     *,
     timeout_s: float,
     retries: int = 0,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    setting: str = "the server's base URL",
 ) -> bytes:
     """POST `body` to `url` and return the answer's body.
 
@@ -73,17 +110,35 @@ def post(
         body: the request body, already encoded; `headers` says its Content-Type.
         timeout_s: the deadline for the whole exchange, retries included.
         retries: how many more attempts a retryable failure gets (module docstring).
+        max_body_bytes: the largest answer taken.
+        setting: the setting that names the server, for a redirect's hint.
 
     Raises:
         EngineError: every failure (exit 5), one line naming `shown_url(url)`.
     """
     shown = shown_url(url)
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise EngineError(f"{shown} is not an http(s) URL", hint=f"check {setting}")
+    timeout_s = min(timeout_s, MAX_TIMEOUT_S)
     deadline = time.monotonic() + timeout_s
+    late = EngineError(f"{shown} did not answer within {timeout_s:g} s")
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     attempt = 0
     while True:
         try:
-            return _attempt(request, shown, deadline, timeout_s)
+            return run_by(
+                lambda sockets: _attempt(
+                    request,
+                    sockets,
+                    shown=shown,
+                    wait_s=deadline - time.monotonic(),
+                    max_body_bytes=max_body_bytes,
+                    setting=setting,
+                    late=late,
+                ),
+                deadline,
+                late,
+            )
         except _Retryable as failure:
             pause_s = RETRY_BACKOFF_S[min(attempt, len(RETRY_BACKOFF_S) - 1)]
             if attempt >= retries or time.monotonic() + pause_s >= deadline:
@@ -95,41 +150,75 @@ def post(
 
 
 def _attempt(
-    request: urllib.request.Request, shown: str, deadline: float, timeout_s: float
+    request: urllib.request.Request,
+    sockets: Sockets,
+    *,
+    shown: str,
+    wait_s: float,
+    max_body_bytes: int,
+    setting: str,
+    late: EngineError,
 ) -> bytes:
-    """One try of `request` within what is left of `deadline`; `_Retryable` or EngineError."""
-    late = EngineError(f"{shown} did not answer within {timeout_s:g} s")
-    left_s = deadline - time.monotonic()
-    if left_s <= 0:
+    """One try of `request`, in run_by's worker; `_Retryable` or EngineError on failure.
+    Each socket wait is bounded by `wait_s`, what was left of the deadline, so a worker the
+    deadline left behind ends soon after it."""
+    if wait_s <= 0:
         raise late
+    opener = urllib.request.build_opener(
+        _NoRedirects(), _HttpHandler(sockets), _HttpsHandler(sockets)
+    )
     try:
-        with urllib.request.urlopen(request, timeout=left_s) as response:  # noqa: S310
-            chunks: list[bytes] = []
-            size = 0
-            while True:
-                chunk = response.read(_READ_BYTES)
-                if not chunk:
-                    return b"".join(chunks)
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    raise EngineError(f"{shown} sent more than {MAX_BODY_BYTES >> 20} MB")
-                if time.monotonic() > deadline:
-                    raise late
+        with opener.open(request, timeout=wait_s) as response:
+            return _read_body(response, shown, max_body_bytes)
     except urllib.error.HTTPError as exc:
-        detail = _detail(exc)
-        if exc.code in (401, 403):
-            raise EngineError(
-                f"{shown} rejected the API key (HTTP {exc.code})", hint="check the key variable"
-            ) from None
-        error = EngineError(f"{shown} answered HTTP {exc.code}: {detail}")
-        if exc.code in RETRY_STATUSES:
-            raise _Retryable(error) from None
+        error = _status_error(exc, request.full_url, shown, setting)
+        if exc.fp is not None:
+            exc.close()
         raise error from None
     except urllib.error.URLError as exc:
         raise _failure(exc.reason, shown, late) from None
     except (OSError, http.client.HTTPException) as exc:  # raised while reading the answer
         raise _failure(exc, shown, late) from None
+
+
+def _read_body(response: http.client.HTTPResponse, shown: str, max_body_bytes: int) -> bytes:
+    """The answer's body, at most `max_body_bytes` (a longer one is refused, and one whose
+    Content-Length says so before it is read)."""
+    too_big = EngineError(f"{shown} sent an answer larger than {_size(max_body_bytes)}")
+    declared = response.headers.get("Content-Length", "").strip()
+    if declared.isdigit() and int(declared) > max_body_bytes:
+        raise too_big
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = response.read(min(_READ_BYTES, max_body_bytes + 1 - size))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > max_body_bytes:
+            raise too_big
+
+
+def _status_error(
+    exc: urllib.error.HTTPError, url: str, shown: str, setting: str
+) -> EngineError | _Retryable:
+    """The error for an answer that is not a 2xx: a redirect not followed, a rejected key,
+    a 5xx worth another try, or the server's own reason."""
+    location = exc.headers.get("Location") if exc.headers else None
+    if 300 <= exc.code < 400 and location:
+        target = shown_url(urllib.parse.urljoin(url, location.strip()))
+        return EngineError(
+            f"{shown} redirected to {target} (HTTP {exc.code}); vocal follows no redirect, "
+            "so neither the request nor its API key was sent there",
+            hint=f"if that is the server you meant, set {setting} to its address",
+        )
+    if exc.code in (401, 403):
+        return EngineError(
+            f"{shown} rejected the API key (HTTP {exc.code})", hint="check the key variable"
+        )
+    error = EngineError(f"{shown} answered HTTP {exc.code}: {_detail(exc)}")
+    return _Retryable(error) if exc.code in RETRY_STATUSES else error
 
 
 def _failure(reason: object, shown: str, late: EngineError) -> EngineError | _Retryable:
@@ -156,6 +245,12 @@ def _detail(exc: urllib.error.HTTPError) -> str:
     except (OSError, http.client.HTTPException):
         return ""
     return " ".join(text.split())[:200]
+
+
+def _size(count: int) -> str:
+    if count >= 1 << 20:
+        return f"{count / (1 << 20):g} MB"
+    return f"{count / (1 << 10):g} kB"
 
 
 __all__ = ["MAX_BODY_BYTES", "RETRY_STATUSES", "post", "shown_url"]

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vocal.atomicfile import write_atomic
 from vocal.config import parse_config, read_config_file
 from vocal.errors import NoSpeechError, UsageError
+from vocal.files.atomic import write_atomic
 
 if TYPE_CHECKING:
     from vocal.config import Settings
@@ -134,14 +134,16 @@ _SETTING_LINE = re.compile(r"^(?P<key>\s*[A-Za-z0-9_]+\s*=).*?(?P<comment>\s+#[^
 
 def write_config(path: Path, values: dict[str, Any]) -> None:
     """Set `values` in config.toml, keeping every other line and each changed line's comment;
-    atomically, and through a symlink to its target (vocal.atomicfile).
+    atomically, and through a symlink to its target (vocal.files.atomic).
 
     A key already set at the top level is replaced on its line; others are appended. The new
     text is parsed back before it replaces the file, so a config.toml vocal cannot read is
     never written.
     """
+    # An unreadable existing file (or a FIFO, /dev/zero, a huge one): UsageError before
+    # anything changes, and before its text is read whole.
+    read_config_file(path)
     text = path.read_text(encoding="utf-8") if path.exists() else ""
-    read_config_file(path)  # an unreadable existing file: UsageError before anything changes
     lines = text.splitlines()
     first_table = next(
         (i for i, line in enumerate(lines) if line.lstrip().startswith("[")), len(lines)
@@ -160,7 +162,9 @@ def write_config(path: Path, values: dict[str, Any]) -> None:
     parsed = parse_config(new_text, path)
     if any(parsed.get(key) != value for key, value in values.items()):
         raise UsageError(f"could not update {path} safely", hint="edit it by hand")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from vocal.floor.statedir import make_private_dirs
+
+    make_private_dirs(path.parent)  # 0700, and a new state directory is marked (issue 37)
     write_atomic(path, new_text)
 
 

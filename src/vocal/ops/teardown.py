@@ -1,11 +1,12 @@
 """`vocal teardown`: stop what runs, then remove what vocal downloaded, cached and installed.
 
-vocal deletes only what it created (issue 17). The state directory must be vocal's: marked
-(`.vocal-state`, written when vocal creates it), or adopted, which an unmarked directory is only
-when it holds nothing but vocal's own layout (`vocal.floor.statedir.STATE_ENTRY_NAMES`). Anything
-else (a `VOCAL_HOME` pointed at a folder of the user's, `/`, the home directory) is refused before
-anything is stopped or listed. Inside a marked directory only vocal's entries are removed; a
-file of the user's that sits there is left, and said so.
+vocal deletes only what it can prove it created (issues 17 and 37). The state directory must
+carry vocal's marker (`.vocal-state`), which vocal writes when it creates the directory and at
+no other time: an unmarked directory that holds anything is refused before anything is stopped
+or listed, however much its entries look like vocal's (a `VOCAL_HOME` pointed at a folder of the
+user's holding a `cache/` or `history/` of its own, `/`, the home directory). Inside a marked
+directory only vocal's entries are removed; a file of the user's that sits there is left, and
+said so.
 
 Removed: vocal's entries in the state directory except what is kept, i.e. the cache
 (downloaded and converted weights, encoded voice references, engines' optimized models and G2P
@@ -39,11 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 from vocal.errors import UsageError
 from vocal.floor.statedir import (
+    MADE_MANIFEST_NAME,
     STATE_MARKER_NAME,
     foreign_entries,
     has_state_marker,
     is_state_entry,
-    write_state_marker,
+    made_in,
 )
 from vocal.floor.statefiles import HOST, pid_alive, process_start, read_json
 
@@ -55,7 +57,8 @@ KEPT_NAMES = ("voices", "config.toml", "gates.json", "piper", "soundfonts", STAT
 #: How long stopped processes get to exit (they stop within one audio block).
 STOP_WAIT_S = 3.0
 #: What vocal's engines write into a tts_cache_dir: a subdirectory per engine holding G2P
-#: tables (vocal.tts.hibari), optimized ORT models (vocal.tts._onnx) and their temporary files.
+#: tables (vocal.tts.hibari) and optimized ORT models (vocal.tts._onnx), each noted in the
+#: subdirectory's manifest when written; only names of these shapes are taken from it.
 TTS_CACHE_SUBDIRS = ("hibari", "piper")
 _TTS_CACHE_FILE = re.compile(
     r"\A(g2p-(us|gb)-[0-9a-f]+\.sqlite|.+-ort[\w.+-]*\.ort|\..+\.(tmp|ort))\Z"
@@ -85,13 +88,13 @@ class TeardownReport:
 
 
 # -- whose directory ---------------------------------------------------------------------------
-def check_state_dir(home: Path, *, adopt: bool = True, also_ours: tuple[str, ...] = ()) -> None:
-    """Raise `UsageError` (exit 2) unless `home` is vocal's state directory (or missing).
+def check_state_dir(home: Path) -> None:
+    """Raise `UsageError` (exit 2) unless `home` is vocal's state directory, or holds nothing.
 
-    An unmarked directory holding only vocal's layout is adopted (marked) when `adopt`; one
-    holding anything else is refused, naming what is foreign (`also_ours`: names vocal made
-    there on settings' behalf). `/`, the user's home directory and its ancestors are refused
-    whatever they hold.
+    Vocal's: it carries the marker vocal wrote when it made it. An unmarked directory holding
+    anything is refused, naming what it holds, and never marked: its entries' names prove
+    nothing (issue 37). `/`, the user's home directory and its ancestors are refused whatever
+    they hold.
     """
     if not os.path.lexists(home):
         return
@@ -105,23 +108,19 @@ def check_state_dir(home: Path, *, adopt: bool = True, also_ours: tuple[str, ...
         raise UsageError(f"the state directory {home} belongs to another user", hint=_HOME_HINT)
     if has_state_marker(home):
         return
-    foreign = [name for name in foreign_entries(home) if name not in also_ours]
-    if foreign:
-        shown = ", ".join(foreign[:8]) + (
-            f" and {len(foreign) - 8} more" if len(foreign) > 8 else ""
-        )
+    held = sorted(os.listdir(home))
+    if held:
+        shown = ", ".join(held[:8]) + (f" and {len(held) - 8} more" if len(held) > 8 else "")
         raise UsageError(
-            f"refusing to tear down {home}: it holds files vocal did not make ({shown})",
+            f"refusing to tear down {home}: it has no {STATE_MARKER_NAME} marker, so vocal did "
+            f"not make it, and it holds files vocal did not make ({shown})",
             hint=f"{_HOME_HINT}; teardown removes only what vocal created",
         )
-    if adopt:
-        write_state_marker(home)
 
 
-def check_home(settings: Settings, *, adopt: bool = True) -> None:
-    """`check_state_dir` on `settings.home`, counting a tts_cache_dir set inside it as vocal's."""
-    top = _tts_cache_top(settings)
-    check_state_dir(settings.home, adopt=adopt, also_ours=(top,) if top else ())
+def check_home(settings: Settings) -> None:
+    """`check_state_dir` on `settings.home`."""
+    check_state_dir(settings.home)
 
 
 def _protected(home: Path) -> bool:
@@ -164,7 +163,8 @@ def left_behind(settings: Settings) -> list[Path]:
 
 def tts_cache_files(settings: Settings) -> list[Path]:
     """The files vocal's engines wrote in a `tts_cache_dir` outside vocal's cache: only those
-    (the folder may be shared with other programs)."""
+    (the folder may be shared with other programs), as each engine folder's manifest names
+    them (`vocal.floor.statedir.record_made`), never by their names alone (issue 37)."""
     if settings.tts_cache_dir is None:
         return []
     cache = Path(settings.tts_cache_dir)
@@ -175,11 +175,16 @@ def tts_cache_files(settings: Settings) -> list[Path]:
         directory = cache / sub
         if directory.is_symlink() or not directory.is_dir():
             continue
+        made = made_in(directory)
         found.extend(
-            p
-            for p in sorted(directory.iterdir())
-            if _TTS_CACHE_FILE.match(p.name) and p.is_file() and not p.is_symlink()
+            directory / name
+            for name in sorted(made)
+            if _TTS_CACHE_FILE.match(name)
+            and (directory / name).is_file()
+            and not (directory / name).is_symlink()
         )
+        if made:
+            found.append(directory / MADE_MANIFEST_NAME)
     return found
 
 
@@ -332,7 +337,8 @@ def teardown(settings: Settings, *, all_: bool = False, dry_run: bool = False,
     Raises `UsageError` before doing anything when the state directory is not vocal's.
     """
     home = settings.home
-    check_home(settings, adopt=not dry_run)
+    check_home(settings)
+    marked = has_state_marker(home)  # before the marker goes with --all
     report = TeardownReport(dry_run)
     if dry_run:
         for proc in running(settings):
@@ -352,7 +358,7 @@ def teardown(settings: Settings, *, all_: bool = False, dry_run: bool = False,
     if not dry_run:
         cache = Path(settings.tts_cache_dir) if settings.tts_cache_dir else None
         emptied = [cache / sub for sub in TTS_CACHE_SUBDIRS] + [cache] if cache else []
-        if all_:
+        if all_ and marked:  # an empty folder of the user's stays
             emptied.append(home)
         report.removed.extend(str(p) for p in _prune(emptied))
     return report

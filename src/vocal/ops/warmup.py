@@ -96,7 +96,9 @@ def start_detached(settings: Settings, engine: str | None = None) -> subprocess.
     args = [sys.executable, "-m", "vocal", "warmup"]
     if engine:
         args += ["--engine", engine]
-    settings.log_dir.mkdir(parents=True, exist_ok=True)
+    from vocal.floor.statedir import ensure_private_dir
+
+    ensure_private_dir(settings.log_dir)  # vocal's logs: 0700 (issue 37)
     with open(settings.log_dir / "warmup.log", "ab") as log:
         return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=log, start_new_session=True, close_fds=True)  # fmt: skip

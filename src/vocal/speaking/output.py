@@ -106,13 +106,15 @@ def open_speech_output(
     device: str | int | None = None,
     volume: float = 1.0,
     observers: Sequence[BlockObserver] = (),
+    write_on_finish: bool = True,
 ) -> Output:
-    """An opened output for `Speech`: a WAV file (`output`; no observers), or a Player from
-    `open_speech_player`."""
+    """An opened output for `Speech`: a WAV file (`output`; no observers; with
+    `write_on_finish=False` written only by its `commit()`, once the caller has judged the
+    speech: vocal.speaking.speak), or a Player from `open_speech_player`."""
     from vocal.audio.file_devices import WavSink
 
     if output is not None:
-        return WavSink(output, sample_rate, volume=volume).open()
+        return WavSink(output, sample_rate, volume=volume, write_on_finish=write_on_finish).open()
     return open_speech_player(sample_rate, device=device, volume=volume, observers=observers)
 
 

@@ -212,7 +212,7 @@ def speak_piece(
         now = time.monotonic()
         return PieceOutcome("muted", message, piece, final, arrived_at_s=now, finished_at_s=now)
     gain = gates.gain if gain is None else gain
-    board = MessageBoard(settings.run_dir, settings.session)
+    board = MessageBoard(settings.run_dir, settings.session, log_dir=settings.log_dir)
     speaker = PieceSpeaker(options, settings, gain=gain, report=report,
                            should_stop=lambda: board.superseded(message))  # fmt: skip
     try:

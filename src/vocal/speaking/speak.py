@@ -153,26 +153,45 @@ def speak(
 def _speak_to_file(
     speech: Speech, rate: int, options: SpeakOptions, on_start: Callable[[Speech], None] | None
 ) -> SpeechResult:
-    speech.start()
-    try:
-        gain = 1.0 if options.volume is None else options.volume
-        output = open_speech_output(rate, output=options.output, volume=gain)
-    except BaseException as exc:
-        speech.fail(exc)
-        speech.join(2.0)
-        raise
-    try:
-        speech.attach_output(output)
-        if on_start is not None:
-            on_start(speech)
-        result = speech.wait()
-    except BaseException:
-        speech.stop()
-        speech.join(2.0)
-        raise
-    finally:
-        output.close()
-    _check_spoken(result)
+    """Speak into `options.output`: the file is written whole, in this thread, once the speech
+    has ended and produced speech; on every other way out (an engine error, every sentence
+    failing the check, nothing speakable, Ctrl-C, SIGTERM, a full disk) the file that was
+    there is left byte for byte (issue 37)."""
+    from vocal.audio.file_devices import WavSink
+    from vocal.floor.conch import interrupt_on_signals
+
+    with interrupt_on_signals():  # SIGTERM/SIGHUP unwind (exit 130) instead of killing
+        speech.start()
+        try:
+            gain = 1.0 if options.volume is None else options.volume
+            output = open_speech_output(
+                rate, output=options.output, volume=gain, write_on_finish=False
+            )
+        except BaseException as exc:
+            speech.fail(exc)
+            speech.join(2.0)
+            raise
+        try:
+            speech.attach_output(output)
+            if on_start is not None:
+                on_start(speech)
+            result = speech.wait()
+        except BaseException:
+            speech.stop()
+            speech.join(2.0)
+            raise
+        finally:
+            output.close()
+        _check_spoken(result)
+        if not result.played:
+            raise UsageError(
+                f"nothing speakable in the text: {options.output} was not written",
+                hint="--quotes reads only blockquotes ('> ' lines)"
+                if options.quotes
+                else "markdown, code, links and emoji are not read aloud",
+            )
+        if isinstance(output, WavSink):  # always, for a file (open_speech_output)
+            output.commit()
     return result
 
 

@@ -89,12 +89,23 @@ class Worker:
 
     def finish(self, wait_s: float = EXIT_WAIT_S) -> None:
         """Close the pipes (the worker exits on end of file) and reap it, killing it if it
-        has not ended within `wait_s` (0: at once, for a worker whose work is not wanted)."""
-        for stream in (self.requests, self.replies):
-            try:
-                stream.close()
-            except OSError:
-                pass
+        has not ended within `wait_s` (0: at once, for a worker whose work is not wanted).
+
+        The replies pipe is closed last, once the worker is gone: a thread may still be
+        blocked reading it (Ctrl-C or SIGTERM mid-sentence), and closing a buffered reader
+        waits for that read, which a worker held by a slow server would end only at the
+        engine's timeout (issue 37: 20 s after SIGTERM)."""
+        try:
+            self.requests.close()
+        except OSError:
+            pass
+        self._reap(wait_s)
+        try:
+            self.replies.close()
+        except OSError:
+            pass
+
+    def _reap(self, wait_s: float) -> None:
         deadline = time.monotonic() + wait_s
         while not self._reaped:  # once reaped, its pid may belong to another process
             try:

@@ -117,11 +117,17 @@ def read_hints(value: str) -> tuple[str, str]:
     """
     if not value.startswith("@"):
         return value, "setting"
+    from vocal.files.bounded import BoundedReadError, read_regular
+
     path = Path(value[1:]).expanduser()
     try:
         if path.stat().st_size > MAX_HINTS_FILE_BYTES:
             raise UsageError(f"hints file {path} is over {MAX_HINTS_FILE_BYTES // 1024} KB")
-        return path.read_text(encoding="utf-8"), "file"
+        # /dev/zero, a FIFO nobody writes, a directory: refused, never read (issue 37).
+        data = read_regular(path, max_bytes=MAX_HINTS_FILE_BYTES, what="hints file")
+        return data.decode("utf-8"), "file"
+    except BoundedReadError as exc:
+        raise UsageError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UsageError(f"cannot read the hints file {path}: {reason}") from None

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vocal.errors import EngineError
+from vocal.floor.statedir import make_private_dirs
 from vocal.hub import first_line, hub_snapshot
 from vocal.stt import Transcript
 from vocal.stt.models import (
@@ -304,7 +305,7 @@ def convert_ct2_dir(source: Path, destination: Path, *, dtype: str = "float32") 
         config, weights = ct2_to_mlx(variables, dtype)
     except KeyError as exc:
         raise EngineError(f"{source}: model.bin lacks the Whisper tensor {exc}") from None
-    destination.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(destination.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{destination.name}.", dir=destination.parent))
     try:
         (tmp / "config.json").write_text(json.dumps({"model_type": "whisper", **config}, indent=2))

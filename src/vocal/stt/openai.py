@@ -15,6 +15,13 @@ is retried twice after a short backoff (vocal.net.client); every failure is an E
 (exit 5) naming the server, which the `stt_fallback` setting turns into a local transcription
 (vocal.stt.fallback).
 
+What comes back is bounded before it is taken as the person's words (issue 37): the answer to
+`MAX_ANSWER_BYTES` (a JSON transcript, far below a sentence's audio), its JSON nesting
+(vocal.files.bounded), and the transcript to `max_transcript_chars` of the clip's length. A
+transcript longer than anyone could say in that time is not the person's words, whatever it
+holds; refused, it is a failure the local fallback stands in for, and the hints' respelling
+(vocal.stt.respell) never sees more than that.
+
 Imports nothing heavy: the standard library at load (the engine is ready at once, so it is
 never loaded in a child process: vocal.hearing.stt_loading), and vocal.audio.wav (numpy) only
 inside `transcribe`, when the audio is already an array.
@@ -22,14 +29,13 @@ inside `transcribe`, when the audio is already an array.
 
 from __future__ import annotations
 
-import json
 import os
 import time
-import urllib.parse
 from typing import TYPE_CHECKING
 
-from vocal.errors import EngineError, UsageError
-from vocal.net import client
+from vocal.errors import EngineError
+from vocal.files.bounded import BoundedReadError, loads_json
+from vocal.net import client, urls
 from vocal.net.multipart import FilePart, form_data
 from vocal.stt import Transcript
 
@@ -45,6 +51,20 @@ DEFAULT_TIMEOUT_S = 10.0
 #: Attempts after the first for a 5xx or a dropped connection (vocal.net.client).
 RETRIES = 2
 KEY_VARIABLE = "OPENAI_API_KEY"
+#: The largest answer read: `{"text": ...}` for ten minutes of speech is about 10 kB, and the
+#: longest transcript taken for them (`max_transcript_chars`), every character escaped as
+#: \uXXXX, 230 kB.
+MAX_ANSWER_BYTES = 1024 * 1024
+#: The longest transcript taken: a floor for a short clip plus so many characters a second.
+#: Speech runs at 15-20 characters a second (a fast 200 words a minute); the floor leaves room
+#: for one 30 s window of Whisper's longest output (448 tokens, about 2,000 characters).
+MIN_TRANSCRIPT_CHARS = 2_000
+TRANSCRIPT_CHARS_PER_S = 60
+
+
+def max_transcript_chars(duration_s: float) -> int:
+    """The longest transcript taken for `duration_s` of audio (module docstring)."""
+    return MIN_TRANSCRIPT_CHARS + int(TRANSCRIPT_CHARS_PER_S * max(0.0, duration_s))
 
 
 class OpenAiSttEngine:
@@ -80,19 +100,12 @@ class OpenAiSttEngine:
         started = time.perf_counter()
         self.model_name = model or DEFAULT_MODEL
         self.language = None if language in (None, "", "auto") else language
-        self.base_url = (base_url or OPENAI_URL).rstrip("/")
-        parts = urllib.parse.urlsplit(self.base_url)
-        # The endpoint under the base's path; a query the base carries (a gateway's API
-        # version) stays a query.
-        path = f"{parts.path.rstrip('/')}/audio/transcriptions"
-        self.url = urllib.parse.urlunsplit(parts._replace(path=path, fragment=""))
+        self.base_url = urls.base_url(base_url or OPENAI_URL, "openai_stt_base_url")
+        self.url = urls.endpoint(self.base_url, "audio/transcriptions")
         self.timeout_s = timeout_s
         self.prompt = prompt or None
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            shown = client.shown_url(self.base_url)
-            raise UsageError(f"openai_stt_base_url must be an http(s) URL, got {shown!r}")
         self._key = os.environ.get(KEY_VARIABLE, "")
-        if parts.hostname == "api.openai.com" and not self._key:
+        if urls.hostname(self.base_url) == "api.openai.com" and not self._key:
             raise EngineError(
                 f"{KEY_VARIABLE} is not set, and {self.base_url} needs it",
                 hint=f"export {KEY_VARIABLE}=..., point openai_stt_base_url at a compatible "
@@ -118,8 +131,22 @@ class OpenAiSttEngine:
         headers = {"Content-Type": content_type, "Accept": "application/json"}
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
-        answer = client.post(self.url, body, headers, timeout_s=self.timeout_s, retries=RETRIES)
+        answer = client.post(
+            self.url,
+            body,
+            headers,
+            timeout_s=self.timeout_s,
+            retries=RETRIES,
+            max_body_bytes=MAX_ANSWER_BYTES,
+            setting="openai_stt_base_url",
+        )
         text = self._text(answer).strip()
+        limit = max_transcript_chars(clip.duration_s)
+        if len(text) > limit:
+            raise EngineError(
+                f"{urls.shown_url(self.url)} sent a transcript of {len(text):,} characters for "
+                f"{clip.duration_s:.1f} s of audio (at most {limit:,}): not taken as the words said"
+            )
         if not any(c.isalnum() for c in text):
             text = ""  # "." or "..." for silence or noise is no words, as the local engines say
         return Transcript(
@@ -132,10 +159,12 @@ class OpenAiSttEngine:
 
     def _text(self, answer: bytes) -> str:
         """The transcript in the server's JSON answer (EngineError when there is none)."""
-        shown = client.shown_url(self.url)
+        shown = urls.shown_url(self.url)
         try:
-            reply = json.loads(answer)
-        except (ValueError, UnicodeDecodeError):
+            reply = loads_json(answer)
+        except BoundedReadError as exc:
+            raise EngineError(f"{shown} sent no transcript: {exc}") from None
+        except ValueError:  # not JSON, or not UTF-8 (UnicodeDecodeError)
             start = " ".join(answer[:80].decode("utf-8", errors="replace").split())
             raise EngineError(f"{shown} sent no JSON transcript: {start!r}") from None
         text = reply.get("text") if isinstance(reply, dict) else None
@@ -144,4 +173,4 @@ class OpenAiSttEngine:
         return text
 
 
-__all__ = ["DEFAULT_MODEL", "OpenAiSttEngine"]
+__all__ = ["DEFAULT_MODEL", "MAX_ANSWER_BYTES", "OpenAiSttEngine", "max_transcript_chars"]

@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from vocal.floor.statedir import make_private_dirs, record_made
+
 
 def file_stamp(path: Path) -> str:
     """Size and mtime of `path`: enough to notice a reinstalled file."""
@@ -54,7 +56,7 @@ def cached_session(model: Path, cache_dir: Path | None, *, threads: int = 1) -> 
     import tempfile
 
     try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(cached.parent)
         fd, tmp = tempfile.mkstemp(prefix=f".{cached.name}.", suffix=".ort", dir=cached.parent)
         os.close(fd)
         so.optimized_model_filepath = tmp
@@ -65,6 +67,7 @@ def cached_session(model: Path, cache_dir: Path | None, *, threads: int = 1) -> 
         session = ort.InferenceSession(str(model), so, providers=providers)
         if tmp is not None and os.path.getsize(tmp) > 0:
             os.replace(tmp, cached)
+            record_made(cached)  # teardown's proof, in a cache folder shared with others
     finally:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)

@@ -116,11 +116,14 @@ class ChatterboxEngine(TtsEngine):
         else:
             rungs = default_ladder(available)
         ladder_options: dict[str, Any] = {} if report is None else {"report": report}
+        from vocal.floor.statedir import make_private_dirs
+
         self.ladder = ProviderLadder(
             "chatterbox",
             rungs,
             self.settings.home / "providers",
             available=available,
+            make_dir=make_private_dirs,
             **ladder_options,
         )
         self._conditioning: Conditioning | None = None

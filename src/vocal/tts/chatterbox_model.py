@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from vocal.floor.statedir import make_private_dirs
 from vocal.providers import ProviderFailure
 from vocal.tts.chatterbox_weights import ChatterboxWeights
 from vocal.tts.clips import CLONE_SAMPLE_RATE
@@ -128,7 +129,7 @@ class Conditioning:
 
     def save(self, path: Path) -> None:
         """Write atomically: concurrent turns may encode the same voice."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dirs(path.parent)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".npz", dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as out:

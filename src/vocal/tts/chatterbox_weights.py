@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vocal.errors import EngineError
+from vocal.floor.statedir import make_private_dirs
 
 if TYPE_CHECKING:
     from vocal.config import Settings
@@ -143,15 +144,16 @@ def download_weights(settings: Settings, *, progress: bool | None = None) -> Cha
         from huggingface_hub import snapshot_download
         from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
 
-        from vocal.hub import rich_progress_class
+        from vocal.hub import bound_hub_stalls, rich_progress_class
     except ImportError:
         raise EngineError(
             "downloading the Chatterbox weights needs huggingface_hub",
             hint="pip install 'vocal[chatterbox]'",
         ) from None
+    bound_hub_stalls()
     show = sys.stderr.isatty() if progress is None else progress
     (enable_progress_bars if show else disable_progress_bars)()
-    root.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(root)  # 0700 (issue 37); the hub makes its folders inside it
     if show:
         print(
             f"vocal: downloading Chatterbox ({DOWNLOAD_SIZE}) from "

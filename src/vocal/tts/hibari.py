@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vocal.errors import EngineError
+from vocal.floor.statedir import make_private_dirs, record_made
 from vocal.tts import TtsEngine, tts_cache_dir, unknown_voice
 from vocal.tts._onnx import cached_session, file_stamp
 
@@ -156,7 +157,7 @@ def build_g2p_cache(path: Path, british: bool) -> Path:
     from hibari.g2p import _load_json
 
     acc = "gb" if british else "us"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
@@ -182,6 +183,7 @@ def build_g2p_cache(path: Path, british: bool) -> Path:
                 )
         connection.close()
         os.replace(tmp, path)
+        record_made(path)  # teardown's proof, in a cache folder shared with others
     finally:
         Path(tmp).unlink(missing_ok=True)
     return path

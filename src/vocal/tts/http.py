@@ -2,10 +2,10 @@
 
 Keys come from the environment (OPENAI_API_KEY, ELEVENLABS_API_KEY), never from flags, so they
 stay out of shell history and `ps`. Base URLs, models and the timeout are settings
-(VOCAL_OPENAI_BASE_URL, VOCAL_ELEVENLABS_BASE_URL, VOCAL_TTS_HTTP_TIMEOUT, ...). Every request
-has a deadline, `tts_http_timeout_s`, for connecting, each read and the whole body, so a server
-that trickles bytes cannot hang a turn (vocal.net.client, shared with the recognition engine).
-Standard library only (urllib): one POST per sentence needs no client library.
+(VOCAL_OPENAI_BASE_URL, VOCAL_ELEVENLABS_BASE_URL, VOCAL_TTS_HTTP_TIMEOUT, ...). Each sentence's
+request goes through vocal.net.client, shared with the recognition engine: one deadline,
+`tts_http_timeout_s`, for the whole exchange whatever the server's pace, an answer of at most
+`MAX_AUDIO_BYTES`, and no redirect followed, so a key goes to the configured host or nowhere.
 """
 
 from __future__ import annotations
@@ -13,17 +13,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import urllib.parse
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from vocal.errors import EngineError, UsageError
-from vocal.net import client
+from vocal.errors import EngineError
+from vocal.net import client, urls
 from vocal.tts import INSTALL_HINTS, TtsEngine, unknown_voice
 
 if TYPE_CHECKING:
     import numpy as np
 
 DEFAULT_TIMEOUT_S = 20.0
+#: The largest answer read for one sentence: OpenAI takes at most 4,096 characters, about five
+#: minutes of speech, 14 MB of 24 kHz 16-bit WAV; this leaves room for a slow `speed`.
+MAX_AUDIO_BYTES = 64 * 1024 * 1024
 OPENAI_URL = "https://api.openai.com/v1"
 #: OpenAI's voices; another compatible server may have others, so only OpenAI's are checked.
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage",
@@ -37,13 +39,18 @@ def _setting(settings: Any, name: str, default: Any) -> Any:
     return default if value is None else value
 
 
-def post(url: str, payload: dict[str, Any], headers: dict[str, str], timeout_s: float) -> bytes:
+def post(
+    url: str, payload: dict[str, Any], headers: dict[str, str], timeout_s: float, setting: str
+) -> bytes:
     """POST `payload` as JSON and return the body; every failure is one clear EngineError
-    (vocal.net.client: the deadline, the body cap and the messages). Not retried, as before the
-    client was shared: what a retry would cost a sentence's place in the reply is unmeasured."""
+    (vocal.net.client: the deadline, the body cap and the messages; `setting` names the base
+    URL). Not retried, as before the client was shared: what a retry would cost a sentence's
+    place in the reply is unmeasured."""
     body = json.dumps(payload).encode("utf-8")
     headers = {"Content-Type": "application/json", **headers}
-    return client.post(url, body, headers, timeout_s=timeout_s)
+    return client.post(
+        url, body, headers, timeout_s=timeout_s, max_body_bytes=MAX_AUDIO_BYTES, setting=setting
+    )
 
 
 class OpenAiEngine(TtsEngine):
@@ -59,15 +66,15 @@ class OpenAiEngine(TtsEngine):
     sample_rate = 24_000
 
     def __init__(self, voice: str | None = None, *, settings: Any = None, **_options: Any) -> None:
-        self.base_url = str(_setting(settings, "openai_base_url", OPENAI_URL)).rstrip("/")
+        self.base_url = urls.base_url(
+            str(_setting(settings, "openai_base_url", OPENAI_URL)), "openai_base_url"
+        )
         self.model = _setting(settings, "openai_tts_model", "gpt-4o-mini-tts")
         self.timeout_s = float(_setting(settings, "tts_http_timeout_s", DEFAULT_TIMEOUT_S))
         self.voice = voice or "alloy"
-        official = urllib.parse.urlsplit(self.base_url).hostname == "api.openai.com"
+        official = urls.hostname(self.base_url) == "api.openai.com"
         if official and self.voice not in OPENAI_VOICES:
             raise unknown_voice(self.name, self.voice, list(OPENAI_VOICES))
-        if urllib.parse.urlsplit(self.base_url).scheme not in ("http", "https"):
-            raise UsageError(f"openai_base_url must be an http(s) URL, got {self.base_url!r}")
         self._key = os.environ.get("OPENAI_API_KEY", "")
         if official and not self._key:
             raise EngineError("OPENAI_API_KEY is not set", hint=INSTALL_HINTS["openai"])
@@ -83,9 +90,10 @@ class OpenAiEngine(TtsEngine):
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
         payload = {"model": self.model, "input": sentence, "voice": self.voice,
                    "response_format": "wav", "speed": min(4.0, max(0.25, speed))}  # fmt: skip
-        body = post(f"{self.base_url}/audio/speech", payload, headers, self.timeout_s)
+        url = urls.endpoint(self.base_url, "audio/speech")
+        body = post(url, payload, headers, self.timeout_s, "openai_base_url")
         try:
-            audio = parse_wav(body, name=f"{self.base_url}/audio/speech")
+            audio = parse_wav(body, name=urls.shown_url(url))
         except AudioFormatError as exc:
             raise EngineError(f"the speech server sent no WAV audio: {exc}") from None
         if audio.sample_rate != self.sample_rate:
@@ -106,16 +114,15 @@ class ElevenLabsEngine(TtsEngine):
     sample_rate = 24_000
 
     def __init__(self, voice: str | None = None, *, settings: Any = None, **_options: Any) -> None:
-        self.base_url = str(
-            _setting(settings, "elevenlabs_base_url", "https://api.elevenlabs.io")
-        ).rstrip("/")
+        self.base_url = urls.base_url(
+            str(_setting(settings, "elevenlabs_base_url", "https://api.elevenlabs.io")),
+            "elevenlabs_base_url",
+        )
         self.model = _setting(settings, "elevenlabs_model", "eleven_flash_v2_5")
         self.timeout_s = float(_setting(settings, "tts_http_timeout_s", DEFAULT_TIMEOUT_S))
         self.voice = voice or ELEVENLABS_DEFAULT_VOICE
         if not re.fullmatch(r"[A-Za-z0-9]{8,64}", self.voice):
             raise unknown_voice(self.name, self.voice, [ELEVENLABS_DEFAULT_VOICE])
-        if urllib.parse.urlsplit(self.base_url).scheme not in ("http", "https"):
-            raise UsageError(f"elevenlabs_base_url must be an http(s) URL, got {self.base_url!r}")
         self._key = os.environ.get("ELEVENLABS_API_KEY", "")
         if not self._key:
             raise EngineError("ELEVENLABS_API_KEY is not set", hint=INSTALL_HINTS["elevenlabs"])
@@ -130,7 +137,8 @@ class ElevenLabsEngine(TtsEngine):
         url = f"{self.base_url}/v1/text-to-speech/{self.voice}?output_format=pcm_{self.sample_rate}"
         payload = {"text": sentence, "model_id": self.model,
                    "voice_settings": {"speed": min(1.2, max(0.7, speed))}}  # fmt: skip
-        body = post(url, payload, {"xi-api-key": self._key, "Accept": "audio/pcm"}, self.timeout_s)
+        headers = {"xi-api-key": self._key, "Accept": "audio/pcm"}
+        body = post(url, payload, headers, self.timeout_s, "elevenlabs_base_url")
         if body[:4] in (b"RIFF", b'{"de', b"<htm") or len(body) < 2:
             raise EngineError("ElevenLabs sent no raw PCM audio")
         usable = len(body) - len(body) % 2

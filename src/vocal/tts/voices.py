@@ -13,11 +13,14 @@ cloning engine's rate with its loudness normalised, and stores it as a sample wi
 pointing at it. `use` moves the symlink to another sample. A directory with several WAVs and no
 `default.wav` is reported as a problem, never silently resolved to one of them.
 
-vocal removes or replaces only a voice directory it made (issue 17): one holding nothing but
-the layout above (`add` also leaves a `.vocal-voice` marker, for provenance; voices made by
-older versions have none, and the layout alone decides). A folder of the user's
-(`VOCAL_VOICES_DIR` pointed at a projects folder) is listed as "not a voice" and is never
-removed, replaced or changed; a `default.wav` link must name a file in its own directory.
+vocal removes or replaces only a voice directory it can prove it made (issues 17 and 37): `add`
+writes a `.vocal-voice` manifest naming every file it wrote, and `remove` (or `add --force`)
+goes ahead only when that manifest is there and the directory holds nothing else
+(vocal.tts.voice_dirs). A folder of recordings that merely looks like a voice (WAVs, a
+`default.wav`), a link to one, or a voice the user added takes to by hand is refused and left as
+it is. A folder of the user's (`VOCAL_VOICES_DIR` pointed at a projects folder) is listed as
+"not a voice" and is never changed; a `default.wav` link must name a file in its own directory.
+Directories are made 0700 (vocal.floor.statedir).
 
 Which engine speaks a stored voice (`--voice NAME`) is decided in vocal.tts.resolve.
 """
@@ -33,21 +36,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vocal.atomicfile import umask
 from vocal.audio.wav import read_wav, write_wav
 from vocal.errors import UsageError
+from vocal.floor.statedir import make_private_dirs
 from vocal.tts.clips import ClipReport, prepare_clip, read_clip
+from vocal.tts.voice_dirs import (
+    DEFAULT_FILE,
+    DESCRIPTION_FILE,
+    MARKER_FILE,
+    PERSONA_FILE,
+    default_link_problem,
+    ownership_problem,
+    refuse_foreign,
+    removal_problem,
+    written_by_add,
+)
 
 if TYPE_CHECKING:
     from vocal.config import Settings
 
 #: The engine that speaks stored voices.
 CLONING_ENGINE = "chatterbox"
-DEFAULT_FILE = "default.wav"
-DESCRIPTION_FILE = "description.txt"
-PERSONA_FILE = "persona.md"
-#: Written by `add` into every voice directory: this one is vocal's to remove or replace.
-MARKER_FILE = ".vocal-voice"
 NAME_MAX_CHARS = 64
 PERSONA_MAX_BYTES = 64 * 1024
 
@@ -95,64 +104,6 @@ def sample_name_for(path: Path) -> str:
     stem = re.sub(r"[^\w.-]+", "-", path.stem).strip("-.")[:NAME_MAX_CHARS]
     stem = stem.replace("..", "-")
     return stem if stem and stem.lower() != "default" else "sample"
-
-
-# -- whose directory ----------------------------------------------------------------------------
-def default_link_problem(directory: Path) -> str | None:
-    """Why `default.wav` in `directory` is not a link vocal makes (None if it is one, or is
-    not a link): vocal's links name a file beside them, so they never leave the voice."""
-    link = Path(directory) / DEFAULT_FILE
-    if not link.is_symlink():
-        return None
-    target = os.readlink(link)
-    parts = Path(target).parts
-    if len(parts) != 1 or parts[0] in (".", "..") or Path(target).is_absolute():
-        return f"default.wav points outside the voice's directory (to {target})"
-    return None
-
-
-def _is_voice_entry(directory: Path, name: str) -> bool:
-    """Whether entry `name` of a voice directory is one `add` and `use` make."""
-    path = directory / name
-    if name == DEFAULT_FILE and path.is_symlink():
-        return default_link_problem(directory) is None
-    if path.is_symlink() or not path.is_file():
-        return False
-    if name in (MARKER_FILE, DESCRIPTION_FILE, PERSONA_FILE):
-        return True
-    # Samples, and the temporary link `_link_default` leaves if it is killed.
-    return name.lower().endswith(".wav") and (
-        not name.startswith(".") or name.startswith(".default-")
-    )
-
-
-def ownership_problem(directory: Path) -> str | None:
-    """Why `directory` is not a voice vocal may remove or replace (None when it is): it must
-    be a real directory holding only what `add` makes (marked or not: older vocals wrote no
-    marker). Anything else (code, notes, sub-folders) is the user's."""
-    directory = Path(directory)
-    if directory.is_symlink():
-        return f"{directory} is a symbolic link, not a voice directory"
-    if not directory.is_dir():
-        return f"{directory} is not a directory"
-    link = default_link_problem(directory)
-    if link:
-        return link
-    foreign = sorted(n for n in os.listdir(directory) if not _is_voice_entry(directory, n))
-    if not foreign:
-        return None
-    shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
-    return f"not a voice: it holds files `vocal voices add` does not make ({shown})"
-
-
-def _refuse_foreign(directory: Path, doing: str) -> None:
-    problem = ownership_problem(directory)
-    if problem:
-        raise UsageError(
-            f"refusing to {doing} {directory}: {problem}",
-            hint="vocal changes only voices it made; move the folder, or set VOCAL_VOICES_DIR "
-            "to a directory of voices only",
-        )
 
 
 # -- the store --------------------------------------------------------------------------------
@@ -332,7 +283,7 @@ class VoiceStore:
         validate_voice_name(name)
         target = self.root / name
         if os.path.lexists(target):
-            _refuse_foreign(target, "replace")
+            refuse_foreign(target, "replace")
         if target.exists() and not force:
             raise UsageError(
                 f"a voice named {name!r} already exists",
@@ -340,12 +291,11 @@ class VoiceStore:
             )
         persona_text = _read_persona(persona) if persona is not None else None
         audio, report = prepare_clip(read_clip(Path(clip)), name=str(clip))
-        self.root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".add-{name}-", dir=self.root))
+        make_private_dirs(self.root)
+        staging = Path(tempfile.mkdtemp(prefix=f".add-{name}-", dir=self.root))  # 0700
         try:
             sample = f"{sample_name_for(Path(clip))}.wav"
             write_wav(staging / sample, audio)
-            (staging / MARKER_FILE).write_text(json.dumps({"version": 1}) + "\n", encoding="utf-8")
             _link_default(staging, sample)
             if description is not None and description.strip():
                 (staging / DESCRIPTION_FILE).write_text(
@@ -353,9 +303,11 @@ class VoiceStore:
                 )
             if persona_text is not None:
                 (staging / PERSONA_FILE).write_text(persona_text, encoding="utf-8")
-            os.chmod(staging, 0o755 & ~umask())  # mkdtemp makes 0700
+            # Last, naming what is there: the proof `remove` asks for (issue 37).
+            manifest = {"version": 1, "files": sorted(os.listdir(staging))}
+            (staging / MARKER_FILE).write_text(json.dumps(manifest) + "\n", encoding="utf-8")
             if target.exists():
-                _refuse_foreign(target, "replace")  # checked again: it may have changed
+                refuse_foreign(target, "replace")  # checked again: it may have changed
                 old = Path(tempfile.mkdtemp(prefix=f".old-{name}-", dir=self.root))
                 os.replace(target, old / name)
                 os.replace(staging, target)
@@ -371,7 +323,7 @@ class VoiceStore:
         """Point `default.wav` at `sample` (a WAV in the voice's directory; `.wav` optional),
         after checking the sample is a usable reference clip."""
         voice = self.get(name)
-        _refuse_foreign(voice.path, "change")
+        refuse_foreign(voice.path, "change")
         stem = sample[:-4] if sample.lower().endswith(".wav") else sample
         found = next((s for s in voice.samples if s.name == stem), None)
         if found is None or not is_voice_name(stem):
@@ -392,15 +344,17 @@ class VoiceStore:
     def remove(self, name: str) -> Path:
         """Delete voice `name`, a directory vocal made, and its files; returns the path removed.
 
-        A directory holding anything `add` does not make is refused (`UsageError`, exit 2) and
-        left as it is. Files are removed one by one (never a tree), so one that appears
-        meanwhile stays, with its directory.
+        A directory without `add`'s manifest, or holding anything the manifest does not name,
+        is refused (`UsageError`, exit 2) and left as it is. Files are removed one by one
+        (never a tree), so one that appears meanwhile stays, with its directory.
         """
         voice = self.get(name)
-        _refuse_foreign(voice.path, "remove")
+        refuse_foreign(voice.path, "remove")
+        written = written_by_add(voice.path) or set()
         for entry in os.listdir(voice.path):
-            if _is_voice_entry(voice.path, entry):
+            if entry in written and entry != MARKER_FILE:
                 (voice.path / entry).unlink(missing_ok=True)
+        (voice.path / MARKER_FILE).unlink(missing_ok=True)  # last: proof until the end
         try:
             voice.path.rmdir()
         except OSError:
@@ -433,17 +387,17 @@ def _link_default(directory: Path, sample_file: str) -> None:
 
 
 def _read_persona(path: Path) -> str:
+    from vocal.files.bounded import BoundedReadError, read_regular
+
     path = Path(path)
-    try:
-        data = path.read_bytes()
+    try:  # a directory, a FIFO, /dev/zero: refused, never read (issue 37)
+        data = read_regular(path, max_bytes=PERSONA_MAX_BYTES, what="persona file")
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path} is a directory, not a persona file") from None
+    except BoundedReadError as exc:
+        raise UsageError(str(exc)) from None  # not a regular file, or over 64 kB of notes
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror}") from None
-    if len(data) > PERSONA_MAX_BYTES:
-        raise UsageError(f"{path} is {len(data)} bytes; a persona is notes, at most 64 KB")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -463,7 +417,9 @@ __all__ = [
     "default_link_problem",
     "is_voice_name",
     "ownership_problem",
+    "removal_problem",
     "sample_name_for",
     "validate_voice_name",
     "voices_json",
+    "written_by_add",
 ]

@@ -1,4 +1,4 @@
-"""vocal.atomicfile, and the outputs that go through it: a symlink is written through (dotfile
+"""vocal.files.atomic, and the outputs that go through it: a symlink is written through (dotfile
 managers), permissions are kept, and a failed write leaves the old file untouched (issue 17)."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vocal.atomicfile import write_atomic
 from vocal.audio.wav import Audio, read_wav, write_wav
 from vocal.config import read_config_file
 from vocal.errors import UsageError
+from vocal.files.atomic import write_atomic
 from vocal.ops.onboarding import write_config
 
 
