@@ -335,3 +335,37 @@ def test_the_provider_memory_deep_or_a_fifo_is_forgotten(tmp_path: Path, kind: s
     started = time.monotonic()
     assert ladder.remembered() is None
     assert time.monotonic() - started < DEADLINE_S
+
+
+def test_a_wav_fifo_nobody_writes_is_given_up(fifo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`listen --input FIFO` and `voices add NAME FIFO` blocked for ever on a named pipe with
+    no writer (opening it blocked); now each piece is waited for with a deadline. The stall
+    bound is shortened here; the reader is the real one."""
+    from vocal.audio import wav
+    from vocal.errors import UsageError
+
+    monkeypatch.setattr(wav, "STREAM_STALL_S", 0.5)
+    with pytest.raises(UsageError, match="nothing came for 0.5 s"):
+        wav.read_wav(fifo)
+
+
+def test_a_wav_fifo_whose_writer_comes_later_is_read(fifo: Path, tmp_path: Path) -> None:
+    """A writer that opens the pipe after the reader (process substitution, ffmpeg) is read
+    whole."""
+    import threading
+
+    from harness.sounds import tone
+    from vocal.audio.wav import read_wav, wav_bytes
+
+    data = wav_bytes(tone(440, 0.5))
+
+    def write_late() -> None:
+        time.sleep(0.3)
+        with open(fifo, "wb") as out:
+            out.write(data)
+
+    writer = threading.Thread(target=write_late)
+    writer.start()
+    audio = read_wav(fifo)
+    writer.join()
+    assert audio.frames == len(read_wav(data).mono_samples)

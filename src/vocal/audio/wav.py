@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import stat
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -51,6 +52,10 @@ MAX_WAV_DURATION_S = 20 * 60
 #: and bounds the memory decoding takes (at most 4 bytes of float32 per byte read, 8-bit PCM).
 #: A stream (a pipe, a device) is read up to this and no further.
 MAX_WAV_BYTES = 128 * 1024 * 1024
+#: A stream (a FIFO, a pipe, stdin) that sends nothing for this long is given up on: a named
+#: pipe nobody writes blocked `listen --input` for ever (issue 37). A WAV writer sends
+#: continuously; a live recording piped in sends every few ms.
+STREAM_STALL_S = 30.0
 #: Streams and devices are read in pieces this large, so a non-WAV stream (/dev/zero) is known
 #: for what it is after one piece.
 _READ_PIECE_BYTES = 1024 * 1024
@@ -164,8 +169,11 @@ def _read_file(path: Path) -> bytes:
     if path.is_dir():
         raise UsageError(f"{path} is a directory, not a WAV file")
     try:
-        with open(path, "rb") as stream:
-            info = os.fstat(stream.fileno())
+        # Non-blocking open: a FIFO with no writer yet would block `open` itself; the reads
+        # below wait for each piece with a deadline instead.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+        with open(fd, "rb", buffering=0) as stream:
+            info = os.fstat(fd)
             if stat.S_ISREG(info.st_mode) and info.st_size > MAX_WAV_BYTES:
                 raise _too_large(str(path))
             return _read_limited(stream, str(path))
@@ -185,7 +193,7 @@ def _read_limited(stream: BinaryIO, name: str) -> bytes:
     pieces: list[bytes] = []
     total = 0
     while total <= MAX_WAV_BYTES:
-        piece = stream.read(min(_READ_PIECE_BYTES, MAX_WAV_BYTES + 1 - total))
+        piece = _next_piece(stream, min(_READ_PIECE_BYTES, MAX_WAV_BYTES + 1 - total), name)
         if not piece:
             break
         pieces.append(piece)
@@ -195,6 +203,31 @@ def _read_limited(stream: BinaryIO, name: str) -> bytes:
     if total > MAX_WAV_BYTES:
         raise _too_large(name)
     return b"".join(pieces)
+
+
+def _next_piece(stream: BinaryIO, size: int, name: str) -> bytes:
+    """Up to `size` bytes of `stream`; from a FIFO opened by path (unbuffered), waiting at
+    most `STREAM_STALL_S` for them. Anything else is read directly: a buffered stream (stdin)
+    may hold bytes a wait on its descriptor would not see."""
+    import io
+    import select
+
+    try:
+        fd = stream.fileno()
+        waited = isinstance(stream, io.RawIOBase) and stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except (AttributeError, OSError, ValueError):
+        waited = False
+    if not waited:
+        return stream.read(size) or b""
+    deadline = time.monotonic() + STREAM_STALL_S
+    while True:
+        left_s = deadline - time.monotonic()
+        if left_s <= 0 or not select.select([fd], [], [], left_s)[0]:
+            raise UsageError(f"{name}: nothing came for {STREAM_STALL_S:g} s")
+        try:
+            return os.read(fd, size)
+        except BlockingIOError:  # woken with nothing to read: wait again
+            continue
 
 
 def _looks_like_riff(head: bytes) -> bool:
