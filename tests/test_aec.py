@@ -15,7 +15,7 @@ from harness.sounds import espeak
 from vocal.audio.wav import resample
 from vocal.duplex import aec as aec_module
 from vocal.duplex.aec import AecOptions, EchoCanceller, shared_apm
-from vocal.duplex.aec_frames import RenderActivity
+from vocal.duplex.canceller.aec_frames import RenderActivity
 from vocal.duplex.erle import convergence_time_s, erle_db, erle_trace_db
 
 SAMPLE_RATE = 16_000

@@ -13,8 +13,8 @@ from harness.room import play_turn, running_room, without_room_stall
 from harness.sounds import espeak
 from harness.words import word_error_rate
 from vocal.audio.wav import Audio, write_wav
-from vocal.duplex.aec_frames import RenderActivity
 from vocal.duplex.bargein import BargeInDetector, BargeInOptions
+from vocal.duplex.canceller.aec_frames import RenderActivity
 
 SAMPLE_RATE = 16_000
 

@@ -25,7 +25,8 @@ import numpy as np
 from vocal.duplex.aec import EchoCanceller
 from vocal.duplex.echo_track import peak_between, peak_stands_out
 
-#: The microphone's rate (vocal.duplex.aec_frames.CAPTURE_SAMPLE_RATE); lags are in its samples.
+#: The microphone's rate (vocal.duplex.canceller.aec_frames.CAPTURE_SAMPLE_RATE); lags are in
+#: its samples.
 SAMPLE_RATE = 16_000
 #: Each look correlates this much of the microphone, this often.
 WINDOW_S, EVERY_S = 0.2, 0.05

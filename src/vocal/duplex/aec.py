@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from vocal.duplex.aec_frames import (
+from vocal.duplex.canceller.aec_frames import (
     CAPTURE_SAMPLE_RATE,
     ENERGY_FLOOR,
     Frame,

@@ -55,7 +55,8 @@ ONSET_PROBABILITY = 0.3
 
 
 class FarEndActivity(Protocol):
-    """What the detector needs to know about playback (`vocal.duplex.aec_frames.RenderActivity`)."""
+    """What the detector needs to know about playback
+    (`vocal.duplex.canceller.aec_frames.RenderActivity`)."""
 
     first_loud_s: float | None
     quiet_since_s: float | None

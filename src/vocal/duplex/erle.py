@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from vocal.duplex.aec_frames import CAPTURE_SAMPLE_RATE, ENERGY_FLOOR
+from vocal.duplex.canceller.aec_frames import CAPTURE_SAMPLE_RATE, ENERGY_FLOOR
 
 #: ERLE is counted where the echo stands this far over the room's own noise (dB): where it does
 #: not, a window holds mostly noise, and its ERLE says what the noise suppressor did.
