@@ -1,5 +1,5 @@
-"""Clock-drift compensation of AEC3's far end (`vocal.duplex.drift`, issue 20): the streaming
-resampler against the exact signal, and real AEC3 on a drifting echo path with it."""
+"""Clock-drift compensation of AEC3's far end (`vocal.duplex.canceller.drift`, issue 20): the
+streaming resampler against the exact signal, and real AEC3 on a drifting echo path with it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from harness.room_effects import ROOM_CONDITIONS, impulse_response
 from vocal.audio.wav import resample
-from vocal.duplex.drift import DRIFT_PPM, DriftCompensator, compensator_for
+from vocal.duplex.canceller.drift import DRIFT_PPM, DriftCompensator, compensator_for
 from vocal.duplex.echo_forecast import (
     MeasuredRoom,
     _scored,

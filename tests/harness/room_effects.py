@@ -95,7 +95,8 @@ ROOM_CONDITIONS: dict[str, RoomConfig] = {
     "nonlinear": RoomConfig(distortion=1.0),
     # A USB or Bluetooth speaker on its own clock whose buffer underruns 2 s into each reply.
     "drift": RoomConfig(drift_ppm=100.0, delay_jump_ms=20.0, delay_jump_after_s=2.0),
-    # The same clock with no underrun: what compensating the drift buys (vocal.duplex.drift).
+    # The same clock with no underrun: what compensating the drift buys
+    # (vocal.duplex.canceller.drift).
     "drift-only": RoomConfig(drift_ppm=100.0),
     # A Bluetooth speaker or a TV's sound path: 600 ms from the stream to the sound.
     "long-delay": RoomConfig(delay_ms=600.0),

@@ -63,7 +63,7 @@ from vocal.duplex.canceller.aec_frames import (
     mean_square_db,
     repeat_factor,
 )
-from vocal.duplex.drift import compensator_for
+from vocal.duplex.canceller.drift import compensator_for
 from vocal.errors import EngineError
 
 #: AEC3 works on 10 ms frames, exactly.
@@ -199,7 +199,7 @@ class EchoCanceller:
             `SHIFT_ABOVE_MS` is mostly taken off by delaying the reverse stream itself
             (`reference_shift_ms`), and AEC3 is told the rest (`set_stream_delay_ms`: the
             initial alignment of its render buffer).
-        drift_ppm: the profile's output clock drift (ppm), compensated (`vocal.duplex.drift`).
+        drift_ppm: the profile's output clock drift (ppm), compensated (`drift.compensator_for`).
         glitch_slack_s: how much later than its block's duration a callback may come before it
             counts as a glitch (`glitches`). A stream with a deep buffer absorbs stalls up to
             that buffer's length: pass about its latency.

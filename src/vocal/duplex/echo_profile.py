@@ -66,9 +66,9 @@ class EchoProfile:
     `echo_dbfs`: the echo's level at the microphone during the probe (RMS). `echo_gain_db`:
     that level over the probe's own. `reduction_db`: what the canceller took out of the echo
     after its first second (ERLE; None: not measured). `verdict`: one of `VERDICTS`.
-    `drift_ppm`: the output's clock over the input's (`vocal.duplex.drift` compensates it). A turn
-    that fitted the reply's echo well (`learn_delay`, `source` "turn") keeps only the delay:
-    the other fields stay as `vocal doctor --echo` left them, or None (not judged)."""
+    `drift_ppm`: the output's clock over the input's (`vocal.duplex.canceller.drift` compensates
+    it). A turn that fitted the reply's echo well (`learn_delay`, `source` "turn") keeps only the
+    delay: the other fields stay as `vocal doctor --echo` left them, or None (not judged)."""
 
     output: str
     input: str

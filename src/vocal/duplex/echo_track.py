@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vocal.duplex.drift import HALF_TAPS, windowed_sinc
+from vocal.duplex.canceller.drift import HALF_TAPS, windowed_sinc
 
 SAMPLE_RATE = 16_000
 #: The delay is read in windows this long, this far apart.

@@ -235,9 +235,9 @@ class OnsetTaps:
 
     `capture` and `render` run in the audio callbacks (a copy and an append each). With the
     output's clock drift known (`drift_ppm`, an echo profile's), the played blocks are put on
-    the capture's grid as that clock played them (`vocal.duplex.drift.warped`): at 100 ppm the
-    echo moves 0.1 ms a second, and a fit on the blocks as handed over removed 1-8 dB of the echo
-    half a second on where one on the drifting clock removed 28-47 dB (the harness's drifting
+    the capture's grid as that clock played them (`vocal.duplex.canceller.drift.warped`): at 100 ppm
+    the echo moves 0.1 ms a second, and a fit on the blocks as handed over removed 1-8 dB of the
+    echo half a second on where one on the drifting clock removed 28-47 dB (the harness's drifting
     room, offline, hibari's reply; benchmarks/RESULTS.md)."""
 
     def __init__(self, render_sample_rate: int, capture_sample_rate: int = SAMPLE_RATE,
@@ -255,7 +255,7 @@ class OnsetTaps:
     def aligned(self) -> AlignedStreams | None:
         """The raw capture kept and the blocks as played on its grid; None before both ran."""
         from vocal.audio.wav import resample
-        from vocal.duplex.drift import warped
+        from vocal.duplex.canceller.drift import warped
 
         raw_blocks, played_blocks = self.raw.snapshot(), self.played.snapshot()
         if not raw_blocks or not played_blocks:
