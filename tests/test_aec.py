@@ -1,5 +1,5 @@
-"""Echo cancellation (vocal.duplex.aec): 10 ms framing of any block size, output rates, the real
-AEC3 offline on a simulated echo path, ERLE helpers, and ERLE on the room harness with real
+"""Echo cancellation (vocal.duplex.canceller.aec): 10 ms framing of any block size, output rates,
+the real AEC3 offline on a simulated echo path, ERLE helpers, and ERLE on the room harness with real
 streams."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from harness.room import play_turn, running_room, without_room_stall
 from harness.room_effects import RoomConfig, impulse_response
 from harness.sounds import espeak
 from vocal.audio.wav import resample
-from vocal.duplex import aec as aec_module
-from vocal.duplex.aec import AecOptions, EchoCanceller, shared_apm
+from vocal.duplex.canceller import aec as aec_module
+from vocal.duplex.canceller.aec import AecOptions, EchoCanceller, shared_apm
 from vocal.duplex.canceller.aec_frames import RenderActivity
 from vocal.duplex.erle import convergence_time_s, erle_db, erle_trace_db
 

@@ -159,7 +159,7 @@ def test_the_measurement_finds_a_known_delay_level_and_reduction() -> None:
 
 
 def test_a_known_delay_places_the_window_the_echo_is_predicted_from() -> None:
-    from vocal.duplex.aec import ECHO_WINDOW_S, echo_window_s
+    from vocal.duplex.canceller.aec import ECHO_WINDOW_S, echo_window_s
 
     assert echo_window_s(None) == ECHO_WINDOW_S
     low, high = echo_window_s(130)  # the design room: about the default window

@@ -443,7 +443,7 @@ class TurnRecording:
 
 
 def aec_module_default(name: str) -> Any:
-    from vocal.duplex import aec as aec_module
+    from vocal.duplex.canceller import aec as aec_module
 
     return getattr(aec_module, name)
 
@@ -472,7 +472,7 @@ def play_turn(
     output clock's drift."""
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
-    from vocal.duplex import aec as aec_module
+    from vocal.duplex.canceller import aec as aec_module
     from vocal.duplex.echo_guard import EchoGuard
 
     aec_module._reset_shared_apm()  # every turn is a new process: a fresh canceller

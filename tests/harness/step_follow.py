@@ -22,7 +22,7 @@ import collections
 
 import numpy as np
 
-from vocal.duplex.aec import EchoCanceller
+from vocal.duplex.canceller.aec import EchoCanceller
 from vocal.duplex.echo_track import peak_between, peak_stands_out
 
 #: The microphone's rate (vocal.duplex.canceller.aec_frames.CAPTURE_SAMPLE_RATE); lags are in

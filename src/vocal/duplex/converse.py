@@ -5,9 +5,9 @@
 - `vocal.floor.turn.Turn`: the conch, the control socket, the history, SIGTERM/SIGHUP unwinding;
 - `vocal.speaking.speech.Speech`: sentence streaming into a `Player` (sentence i+1 is synthesized
   while sentence i plays);
-- `vocal.duplex.aec.EchoCanceller`: the Player's output callback feeds AEC3's reverse stream, the
-  Microphone's input callback runs the capture stream (docs/design.md: only this wiring keeps the
-  reference ahead of its echo);
+- `vocal.duplex.canceller.aec.EchoCanceller`: the Player's output callback feeds AEC3's reverse
+  stream, the Microphone's input callback runs the capture stream (docs/design.md: only this wiring
+  keeps the reference ahead of its echo);
 - `vocal.duplex.bargein.BargeInDetector`: Silero VAD on the cleaned capture while the reply plays;
   it stops playback within one capture block and keeps the chunks that made it fire;
 - `vocal.hearing.listening.listen`: endpointing and transcription, with the STT engine imported and
@@ -287,7 +287,7 @@ class _Run:
 
         on_block = None
         if self.parts.use_aec:
-            from vocal.duplex.aec import EchoCanceller
+            from vocal.duplex.canceller.aec import EchoCanceller
 
             guard = self.parts.guard = EchoGuard(EchoCanceller(  # the profile's delay and drift
                 render_sample_rate=self.rate, log_levels=self.settings.barge_in_trace,

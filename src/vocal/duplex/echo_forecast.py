@@ -34,7 +34,7 @@ from vocal.duplex.echo_track import DelayTrack, follow_delay
 from vocal.duplex.erle import QUIET_DBFS, active_dbfs_over, erle_db, noise_floor_dbfs
 
 if TYPE_CHECKING:
-    from vocal.duplex.aec import EchoCanceller
+    from vocal.duplex.canceller.aec import EchoCanceller
 
 SAMPLE_RATE = 16_000
 #: The path kept: from a little before the direct sound to this long after it (a bare room's
@@ -229,7 +229,7 @@ def fresh_canceller(rate: int, stream_delay_ms: int | None = None,
                     drift_ppm: float = 0.0) -> EchoCanceller:  # fmt: skip
     """AEC3 as a turn starts it (every turn is a new process), its far end at `rate`, told
     `stream_delay_ms` and `drift_ppm` as an echo profile would."""
-    from vocal.duplex.aec import EchoCanceller, fresh_apm
+    from vocal.duplex.canceller.aec import EchoCanceller, fresh_apm
 
     return EchoCanceller(render_sample_rate=rate, apm=fresh_apm(), raw_when_quiet_s=None,
                          stream_delay_ms=stream_delay_ms, drift_ppm=drift_ppm)  # fmt: skip

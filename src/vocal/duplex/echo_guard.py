@@ -24,13 +24,14 @@ if TYPE_CHECKING:
     import numpy as np
 
     from vocal.audio.devices import Block
-    from vocal.duplex.aec import EchoCanceller
     from vocal.duplex.bargein import BargeIn, BargeInDetector, BargeInOptions, SpeechProbability
+    from vocal.duplex.canceller.aec import EchoCanceller
     from vocal.duplex.onset import EchoFreeOnset, OnsetTaps
 
 
 #: The barge-in's tail window ends this long before the echo window does (300 ms against
-#: `vocal.duplex.aec.ECHO_WINDOW_S`'s 0.4 s): kept when a long echo delay moves the window.
+#: `vocal.duplex.canceller.aec.ECHO_WINDOW_S`'s 0.4 s): kept when a long echo delay moves
+#: the window.
 TAIL_BEFORE_WINDOW_END_MS = 100
 
 

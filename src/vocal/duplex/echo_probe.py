@@ -145,7 +145,7 @@ def measure_echo(*, output: str, input: str, output_device: str | int | None = N
     """
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
-    from vocal.duplex.aec import EchoCanceller
+    from vocal.duplex.canceller.aec import EchoCanceller
     from vocal.duplex.echo_guard import EchoGuard
     from vocal.errors import DeviceError
 
@@ -308,7 +308,7 @@ def _reduction_db(captured: np.ndarray, cleaned: np.ndarray, first: int) -> floa
 def _replayed(recording: Recording, stream_delay_ms: int) -> tuple[np.ndarray, np.ndarray]:
     """(captured, cleaned) from a fresh canceller given the recording's blocks in the order
     their callbacks ran, as `EchoCanceller(stream_delay_ms=...)` would clean them live."""
-    from vocal.duplex.aec import EchoCanceller, fresh_apm
+    from vocal.duplex.canceller.aec import EchoCanceller, fresh_apm
 
     canceller = EchoCanceller(render_sample_rate=recording.played_rate, apm=fresh_apm(),
                               raw_when_quiet_s=None,

@@ -4,8 +4,8 @@ Every turn is a new process, so AEC3 starts cold every turn: it has to find the 
 and learn the echo path before it cancels well, and a short reply can end before it does.
 livekit's APM cannot save its filter; what vocal can give the next turn is the delay: past
 AEC3's reach (a 600 ms room) vocal delays the reverse stream by most of it and tells AEC3 the
-rest, and the barge-in detector's echo window and tail follow it (`vocal.duplex.aec`). A turn
-whose echo fit held keeps its delay too (`learn_delay`). `vocal doctor --echo` measures
+rest, and the barge-in detector's echo window and tail follow it (`vocal.duplex.canceller.aec`). A
+turn whose echo fit held keeps its delay too (`learn_delay`). `vocal doctor --echo` measures
 the delay, the echo's level at the microphone and what the canceller takes out of it
 (`vocal.duplex.echo_probe`), and keeps them here, one record per (output, input) pair
 (`vocal.audio.endpoints.device_pair`):

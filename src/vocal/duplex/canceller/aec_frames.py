@@ -1,6 +1,6 @@
 """AEC3's side of the audio: 10 ms frames at the rates AEC3 takes (`Frame`, with the repeat
-factors for 8/16 kHz render into 44.1 kHz frames; see vocal.duplex.aec), and the render side's
-activity (`RenderActivity`: what was played when, for echo-path levels and quiet spans).
+factors for 8/16 kHz render into 44.1 kHz frames; see vocal.duplex.canceller.aec), and the render
+side's activity (`RenderActivity`: what was played when, for echo-path levels and quiet spans).
 """
 
 from __future__ import annotations
