@@ -16,7 +16,7 @@ from harness.pulse import PulseSinks
 from harness.runner import run_vocal
 from harness.sounds import tone
 from vocal.audio.endpoints import device_pair
-from vocal.duplex.echo_profile import FULL_DUPLEX, EchoProfile, save_profile
+from vocal.duplex.canceller.profile import FULL_DUPLEX, EchoProfile, save_profile
 from vocal.ops.check import Check
 
 pytestmark = [pytest.mark.audio, pytest.mark.usefixtures("pulse")]

@@ -11,6 +11,7 @@ import pytest
 from harness.room_effects import ROOM_CONDITIONS, impulse_response
 from vocal.audio.wav import resample
 from vocal.duplex.canceller.drift import DRIFT_PPM, DriftCompensator, compensator_for
+from vocal.duplex.canceller.profile import parse_profile
 from vocal.duplex.echo_forecast import (
     MeasuredRoom,
     _scored,
@@ -18,7 +19,6 @@ from vocal.duplex.echo_forecast import (
     fresh_canceller,
     spoken_replies,
 )
-from vocal.duplex.echo_profile import parse_profile
 from vocal.duplex.echo_track import DelayTrack
 from vocal.duplex.erle import QUIET_DBFS
 

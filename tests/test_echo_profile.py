@@ -17,8 +17,7 @@ import pytest
 from harness.room import microphone_on, running_room
 from harness.runner import run_vocal, start_vocal
 from vocal.audio.endpoints import device_pair
-from vocal.duplex.echo_probe import Recording, _measured, probe_signal
-from vocal.duplex.echo_profile import (
+from vocal.duplex.canceller.profile import (
     FULL_DUPLEX,
     HALF_DUPLEX,
     HEADPHONES,
@@ -30,6 +29,7 @@ from vocal.duplex.echo_profile import (
     save_profile,
     verdict_for,
 )
+from vocal.duplex.echo_probe import Recording, _measured, probe_signal
 from vocal.duplex.onset import AlignedStreams
 from vocal.tts import engine_class
 

@@ -468,7 +468,7 @@ def play_turn(
     wires them. With `speech_probability`, a `BargeInDetector` watches the cleaned signal and
     stops the player. Returns when playback has ended (or been stopped) and `after_s` (or
     `listen_after_barge_in_s` after a barge-in) has passed. `stream_delay_ms`: the canceller's
-    delay hint, as an echo profile gives it (vocal.duplex.echo_profile), and `drift_ppm` its
+    delay hint, as an echo profile gives it (vocal.duplex.canceller.profile), and `drift_ppm` its
     output clock's drift."""
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player

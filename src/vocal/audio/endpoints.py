@@ -3,7 +3,7 @@
 PortAudio's "default" and "pulse" devices are the PulseAudio (or pipewire-pulse) server's: the
 sink and source behind them are `$PULSE_SINK` / `$PULSE_SOURCE` when set (libpulse honours them
 per stream), else the server's defaults, read with `pactl`. An echo profile
-(`vocal.duplex.echo_profile`) is kept per such pair: the echo path belongs to a loudspeaker and
+(`vocal.duplex.canceller.profile`) is kept per such pair: the echo path belongs to a loudspeaker and
 a microphone, not to PortAudio's name for them.
 
 Standard library only: this runs before any audio module is imported.

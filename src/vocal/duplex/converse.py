@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from vocal.audio.devices import Block, Microphone
     from vocal.config import Settings
     from vocal.duplex.bargein import BargeInDetector
-    from vocal.duplex.echo_profile import EchoProfile
+    from vocal.duplex.canceller.profile import EchoProfile
     from vocal.duplex.onset import OnsetFit
     from vocal.floor.turn import Turn
     from vocal.hearing.listening import ListenResult
@@ -98,7 +98,7 @@ def converse(
     Nobody speaking is not an error here: `speech_heard` is False (the command exits 4).
     """
     from vocal.audio.headphones import aec_wanted
-    from vocal.duplex.echo_profile import HALF_DUPLEX, known_pair, load_profile
+    from vocal.duplex.canceller.profile import HALF_DUPLEX, known_pair, load_profile
     from vocal.duplex.room_level import fresh_room_level
     from vocal.floor.gates import read_gates
     from vocal.speaking.speech import resolve_voice
@@ -158,7 +158,7 @@ class _Run:
         #: The room's level a recent turn heard here (vocal.duplex.room_level), or None.
         self.room_db = room_db
         self.name, self.rate, self.gain = name, rate, gain
-        #: This device pair's echo as last measured (vocal.duplex.echo_profile): its delay
+        #: This device pair's echo as last measured (vocal.duplex.canceller.profile): its delay
         #: starts the canceller closer to the echo.
         self.profile = profile
         #: What the turn opens and measures; the result is made from it alone.
@@ -500,10 +500,10 @@ class _Run:
         return True
 
     def _learn_delay(self, removed_db: float | None, delay_ms: float | None) -> None:
-        """Keep the echo delay of a fit that held (vocal.duplex.echo_profile.learn_delay) for
+        """Keep the echo delay of a fit that held (vocal.duplex.canceller.profile.learn_delay) for
         the next turn's canceller, in a thread while the person talks: the file is written off
         the turn's path, and a state directory that cannot take it never fails the turn."""
-        from vocal.duplex.echo_profile import LEARN_MIN_REMOVED_DB, learn_delay_in_background
+        from vocal.duplex.canceller.profile import LEARN_MIN_REMOVED_DB, learn_delay_in_background
 
         parts, settings = self.parts, self.settings
         if removed_db is None or delay_ms is None or removed_db < LEARN_MIN_REMOVED_DB:

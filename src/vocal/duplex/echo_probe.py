@@ -12,7 +12,7 @@ stream: `vocal.duplex.echo_guard.EchoGuard`). From the two streams as the callba
 - **the echo's level** at the microphone (dBFS RMS over the probe) and its gain over the probe;
 - **the reduction**: what the canceller took out of the probe's echo after its first second
   (ERLE, `vocal.duplex.erle.erle_db`), which is what decides the verdict
-  (`vocal.duplex.echo_profile.verdict_for`);
+  (`vocal.duplex.canceller.profile.verdict_for`);
 - **the reduction on a reply**: what it would take out of spoken replies' echo, forecast from
   the echo path the probe measured and the room's noise heard before it
   (`vocal.duplex.echo_forecast`). AEC3 treats speech and noise differently, so this, not the
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vocal.duplex.echo_profile import EchoProfile, verdict_for
+from vocal.duplex.canceller.profile import EchoProfile, verdict_for
 from vocal.duplex.echo_track import DelayTrack
 
 if TYPE_CHECKING:

@@ -405,7 +405,7 @@ class EchoFreeOnset:
     @property
     def delay_ms(self) -> float:
         """The echo's delay from the output callback to the input callback, ms (what an echo
-        profile keeps: vocal.duplex.echo_profile)."""
+        profile keeps: vocal.duplex.canceller.profile)."""
         return round(self.path.delay_samples * 1000 / SAMPLE_RATE, 1)
 
     def raw_for(self, block: Block) -> tuple[int, np.ndarray] | None:

@@ -77,7 +77,7 @@ class TurnParts:
     #: Backchannels heard over the reply, each of which paused it and let it go on
     #: (vocal.duplex.backchannel): {"text", "at_s", "speech_s", "paused_s"}.
     backchannels: list[dict] = field(default_factory=list)
-    #: Keeping the turn's echo delay for the next one (vocal.duplex.echo_profile.learn_delay),
+    #: Keeping the turn's echo delay for the next one (vocal.duplex.canceller.profile.learn_delay),
     #: and the delay kept once it has been written.
     learner: threading.Thread | None = None
     #: Keeps the room's level the detector heard for the next turn (vocal.duplex.room_level).

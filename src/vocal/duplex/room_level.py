@@ -5,7 +5,7 @@ the reply's first sound and in its pauses. Before the first sound there is often
 32 ms chunk (the reply starts 0-80 ms after the microphone opens), so in a room full of other
 talkers the first pause came before the level was known, and the babble in it cut the reply
 (benchmarks/converse --room chatter). A turn that heard the room long enough keeps its level
-here, per (output, input) pair as the echo profile is (vocal.duplex.echo_profile), and the next
+here, per (output, input) pair as the echo profile is (vocal.duplex.canceller.profile), and the next
 turn starts from it while it is fresh (`FRESH_S`): rooms change, a café empties.
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vocal.duplex.ambient import AmbientFloor
-from vocal.duplex.echo_profile import PROFILE_DIR_NAME, profile_path
+from vocal.duplex.canceller.profile import PROFILE_DIR_NAME, profile_path
 from vocal.errors import VocalError
 from vocal.floor.statedir import ensure_private_dir
 from vocal.floor.statefiles import read_record, record_from, write_json

@@ -193,7 +193,7 @@ class EchoCanceller:
         render_sample_rate: the Player's rate.
         capture_sample_rate: the Microphone's rate (16 kHz in vocal).
         options: the APM's configuration (must match the process's APM if one exists).
-        stream_delay_ms: the echo's delay from an echo profile (vocal.duplex.echo_profile;
+        stream_delay_ms: the echo's delay from an echo profile (vocal.duplex.canceller.profile;
             None: unknown, the default). It places the window `echo_levels_db` predicts the
             echo from (`echo_window_s`) and the raw hand-back after it. A delay longer than
             `SHIFT_ABOVE_MS` is mostly taken off by delaying the reverse stream itself
