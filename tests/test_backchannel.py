@@ -16,7 +16,7 @@ from vocal.duplex.backchannel import (
     reply_left_s,
     words_of,
 )
-from vocal.duplex.bargein import BargeInDetector, BargeInOptions
+from vocal.duplex.bargein.detector import BargeInDetector, BargeInOptions
 from vocal.speaking.results import SentenceRecord
 
 CHUNK = 512

@@ -1,6 +1,6 @@
-"""Barge-in (vocal.duplex.bargein): the detector's state machine driven by a deterministic speech
-probability, then Silero VAD on the room harness: echo alone never barges in, a person talking
-over the reply stops it and their first word survives."""
+"""Barge-in (vocal.duplex.bargein.detector): the detector's state machine driven by a deterministic
+speech probability, then Silero VAD on the room harness: echo alone never barges in, a person
+talking over the reply stops it and their first word survives."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from harness.room import play_turn, running_room, without_room_stall
 from harness.sounds import espeak
 from harness.words import word_error_rate
 from vocal.audio.wav import Audio, write_wav
-from vocal.duplex.bargein import BargeInDetector, BargeInOptions
+from vocal.duplex.bargein.detector import BargeInDetector, BargeInOptions
 from vocal.duplex.canceller.aec_frames import RenderActivity
 
 SAMPLE_RATE = 16_000
@@ -575,7 +575,7 @@ def test_talking_over_the_reply_stops_it_and_keeps_the_words(room, vad, tmp_path
 
 def test_barge_in_options_are_built_once_from_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     from vocal.config import load_settings
-    from vocal.duplex.bargein import barge_in_options
+    from vocal.duplex.bargein.detector import barge_in_options
     from vocal.errors import UsageError
 
     monkeypatch.setenv("VOCAL_BARGE_IN_CHUNKS", "4")

@@ -14,7 +14,7 @@ import pytest
 
 from harness.room_effects import small_room
 from vocal.audio.devices import Block
-from vocal.duplex.bargein import BargeInDetector, BargeInOptions
+from vocal.duplex.bargein.detector import BargeInDetector, BargeInOptions
 from vocal.duplex.handoff import first_near_end_s, trailing_onset_s
 
 BLOCK = 512

@@ -114,7 +114,7 @@ class Settings:
     piper_voices_dir: Path | None = None
     # Echo cancellation and barge-in (issue 7). aec: "auto" (off only on headphones the
     # platform reports, vocal.audio.headphones), "on" or "off". Barge-in needs AEC; the detector's
-    # thresholds and windows default to vocal.duplex.bargein.BargeInOptions (measured,
+    # thresholds and windows default to vocal.duplex.bargein.detector.BargeInOptions (measured,
     # benchmarks/aec).
     aec: str = "auto"
     barge_in: bool = True
@@ -145,19 +145,20 @@ class Settings:
     stt_process: bool = True
     early_transcription_ms: int = 32
     # barge_in_onset_threshold: a lower probability allowed for the first chunk of a barge-in's
-    # run (vocal.duplex.bargein.BargeInOptions.onset_threshold); unset: off (measured:
+    # run (vocal.duplex.bargein.detector.BargeInOptions.onset_threshold); unset: off (measured:
     # benchmarks/aec).
     barge_in_onset_threshold: float | None = None
     # barge_in_trace: diagnostics, `vocal converse --json` also carries the detector's trace
     # (capture time, speech probability, inhibited) of every chunk (benchmarks/converse).
     barge_in_trace: bool = False
     # barge_in_fast_chunks: chunks enough while the canceller is known to cancel well
-    # (vocal.duplex.bargein.BargeInOptions.fast_chunks); empty: always barge_in_chunks.
+    # (vocal.duplex.bargein.detector.BargeInOptions.fast_chunks); empty: always barge_in_chunks.
     barge_in_fast_chunks: int | None = 2
     # barge_in_double_talk_db: a barge-in's run fires only once one of its chunks is this many
     # dB louder at the raw microphone than the echo the played level predicts: residual echo
-    # adds nothing there, a person does (vocal.duplex.bargein.BargeInOptions.double_talk_db); empty:
-    # off (a person much quieter than the reply's echo is then heard too, and so may be echo).
+    # adds nothing there, a person does
+    # (vocal.duplex.bargein.detector.BargeInOptions.double_talk_db); empty: off (a person much
+    # quieter than the reply's echo is then heard too, and so may be echo).
     barge_in_double_talk_db: float | None = 2.0
     # barge_in_strong_chunk_db: one speech chunk this many dB above the predicted echo decides
     # a barge-in alone (BargeInOptions.strong_chunk_db); empty: always a run of chunks.

@@ -428,8 +428,8 @@ class TurnRecording:
     cleaned: np.ndarray
     start_s: float  # monotonic capture time of the first sample
     first_loud_s: float | None
-    barge_in: Any  # vocal.duplex.bargein.BargeIn | None
-    detector: Any  # vocal.duplex.bargein.BargeInDetector | None
+    barge_in: Any  # vocal.duplex.bargein.detector.BargeIn | None
+    detector: Any  # vocal.duplex.bargein.detector.BargeInDetector | None
     stopped_at_s: float | None  # when the detector's stop callback returned
     played_s: float  # seconds of the reply sent to the device
     overflows: int

@@ -123,7 +123,7 @@ class AmbientFloor:
 
 
 class HeardRoom(Protocol):
-    """What `RoomGate.of_room` reads of a barge-in detector (vocal.duplex.bargein)."""
+    """What `RoomGate.of_room` reads of a barge-in detector (vocal.duplex.bargein.detector)."""
 
     ambient: AmbientFloor
 

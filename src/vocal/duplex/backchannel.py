@@ -29,7 +29,7 @@ from vocal.audio.chunks import Chunker
 if TYPE_CHECKING:
     import numpy as np
 
-    from vocal.duplex.bargein import SpeechProbability
+    from vocal.duplex.bargein.detector import SpeechProbability
     from vocal.speaking.results import SentenceRecord
 
 #: Words a listener says to mean "I follow, go on" (Whisper's spellings, lower case).

@@ -8,8 +8,8 @@
 - `vocal.duplex.canceller.aec.EchoCanceller`: the Player's output callback feeds AEC3's reverse
   stream, the Microphone's input callback runs the capture stream (docs/design.md: only this wiring
   keeps the reference ahead of its echo);
-- `vocal.duplex.bargein.BargeInDetector`: Silero VAD on the cleaned capture while the reply plays;
-  it stops playback within one capture block and keeps the chunks that made it fire;
+- `vocal.duplex.bargein.detector.BargeInDetector`: Silero VAD on the cleaned capture while the reply
+  plays; it stops playback within one capture block and keeps the chunks that made it fire;
 - `vocal.hearing.listening.listen`: endpointing and transcription, with the STT engine imported and
   loaded while the reply plays, in a child process (`vocal.hearing.stt_process`: loading it here
   held the GIL long enough to starve the audio callbacks).
@@ -49,7 +49,7 @@ from vocal.hearing.live import status_line
 if TYPE_CHECKING:
     from vocal.audio.devices import Block, Microphone
     from vocal.config import Settings
-    from vocal.duplex.bargein import BargeInDetector
+    from vocal.duplex.bargein.detector import BargeInDetector
     from vocal.duplex.canceller.profile import EchoProfile
     from vocal.duplex.onset import OnsetFit
     from vocal.floor.turn import Turn
@@ -306,7 +306,7 @@ class _Run:
         """Play the reply while watching the microphone; returns the blocks to hand to the
         endpointer first (a barge-in's pre-roll) and the time from which capture counts."""
         from vocal.audio.vad import SileroVad
-        from vocal.duplex.bargein import BargeInOptions, barge_in_options
+        from vocal.duplex.bargein.detector import BargeInOptions, barge_in_options
         from vocal.duplex.handoff import kept_blocks
         from vocal.duplex.room_level import hear_room_first, keep_heard_level
         from vocal.speaking.output import open_speech_player

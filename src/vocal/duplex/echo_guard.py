@@ -24,7 +24,12 @@ if TYPE_CHECKING:
     import numpy as np
 
     from vocal.audio.devices import Block
-    from vocal.duplex.bargein import BargeIn, BargeInDetector, BargeInOptions, SpeechProbability
+    from vocal.duplex.bargein.detector import (
+        BargeIn,
+        BargeInDetector,
+        BargeInOptions,
+        SpeechProbability,
+    )
     from vocal.duplex.canceller.aec import EchoCanceller
     from vocal.duplex.onset import EchoFreeOnset, OnsetTaps
 
@@ -98,7 +103,7 @@ class EchoGuard:
         `room_level_db`: the room's level a recent turn heard (vocal.duplex.room_level)."""
         import dataclasses
 
-        from vocal.duplex.bargein import BargeInDetector, BargeInOptions
+        from vocal.duplex.bargein.detector import BargeInDetector, BargeInOptions
 
         canceller = self.canceller
         options = options or BargeInOptions()

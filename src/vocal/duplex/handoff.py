@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from vocal.audio.devices import Block
-    from vocal.duplex.bargein import BargeInDetector
+    from vocal.duplex.bargein.detector import BargeInDetector
     from vocal.duplex.echo_guard import EchoGuard
     from vocal.duplex.onset import EchoFreeOnset, OnsetFit
     from vocal.duplex.outcome import TurnParts
@@ -149,7 +149,7 @@ def trailing_onset_s(detector: BargeInDetector | None, ended_s: float) -> float 
     (a chunk at or above its threshold, traced back through the chunks at or above
     `ONSET_PROBABILITY` before it, gaps of up to `ONSET_GAP_CHUNKS` included): the person
     began answering before the question ended, and must not be in the echo fit's stretch."""
-    from vocal.duplex.bargein import ONSET_PROBABILITY
+    from vocal.duplex.bargein.detector import ONSET_PROBABILITY
 
     if detector is None:
         return None
