@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vocal.duplex.ambient import AmbientFloor
+from vocal.duplex.bargein.ambient import AmbientFloor
 from vocal.duplex.room_level import (
     FRESH_S,
     MIN_CHUNKS,
@@ -45,7 +45,7 @@ def test_too_little_heard_keeps_nothing(tmp_path: Path) -> None:
 def test_a_turn_that_knew_no_level_keeps_what_its_floor_needed(tmp_path: Path) -> None:
     """The first turn heard the room only before its first sound and in one pause: what its
     own floor was made of is kept, so the next turn need not hear the room before speaking."""
-    from vocal.duplex.ambient import MIN_CHUNKS as FLOOR_CHUNKS
+    from vocal.duplex.bargein.ambient import MIN_CHUNKS as FLOOR_CHUNKS
 
     first = AmbientFloor(10.0)  # no prior
     for level in [-41.0, -40.0, -39.0][: FLOOR_CHUNKS - 1]:
@@ -73,7 +73,7 @@ def test_the_endpointer_hears_only_what_stands_above_the_room() -> None:
     hears every chunk either way (it is recurrent)."""
     import numpy as np
 
-    from vocal.duplex.ambient import ROOM_MARGIN_DB, RoomGate
+    from vocal.duplex.bargein.ambient import ROOM_MARGIN_DB, RoomGate
 
     heard_chunks: list[int] = []
 

@@ -232,7 +232,7 @@ class _Run:
         import numpy  # noqa: F401  (before any stream opens: python-sounddevice #487)
 
         from vocal.audio.vad import SileroVad
-        from vocal.duplex.ambient import RoomGate
+        from vocal.duplex.bargein.ambient import RoomGate
         from vocal.hearing.listening import listen_options
         from vocal.hearing.stt_loading import stt_loader
 

@@ -80,7 +80,7 @@ class ConverseResult:
     #: The echo delay this turn measured and kept for the next (ms; None: no fit held).
     learned_echo_delay_ms: float | None = None
     #: The room's own level at the microphone while the reply was silent (dB of mean square;
-    #: the barge-in detector's floor, vocal.duplex.ambient); None: not known.
+    #: the barge-in detector's floor, vocal.duplex.bargein.ambient); None: not known.
     room_level_db: float | None = None
 
     def to_dict(self) -> dict[str, Any]:

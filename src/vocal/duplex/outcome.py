@@ -18,7 +18,7 @@ from vocal.duplex.options import ConverseResult
 if TYPE_CHECKING:
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
-    from vocal.duplex.ambient import RoomGate
+    from vocal.duplex.bargein.ambient import RoomGate
     from vocal.duplex.onset import EchoFreeOnset
     from vocal.floor.turn import Turn
     from vocal.hearing.listening import ListenResult
@@ -66,7 +66,8 @@ class TurnParts:
     #: How much earlier than the pre-roll the kept audio starts: the echo-free capture showed
     #: the person began before it (vocal.duplex.handoff.near_end_onset_s), s.
     onset_traced_back_s: float = 0.0
-    #: The endpointer's gate by the room's own level (None: not known; vocal.duplex.ambient).
+    #: The endpointer's gate by the room's own level (None: not known;
+    #: vocal.duplex.bargein.ambient).
     room_gate: RoomGate | None = None
     #: How long the turn heard the room alone before its first sound, knowing no level of it
     #: (vocal.duplex.room_level.hear_room_first).

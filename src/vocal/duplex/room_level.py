@@ -1,8 +1,8 @@
 """The room's own level at a device pair's microphone, kept from one turn for the next.
 
-The barge-in detector learns the room's level (vocal.duplex.ambient) while nothing plays: before
-the reply's first sound and in its pauses. Before the first sound there is often less than one
-32 ms chunk (the reply starts 0-80 ms after the microphone opens), so in a room full of other
+The barge-in detector learns the room's level (vocal.duplex.bargein.ambient) while nothing plays:
+before the reply's first sound and in its pauses. Before the first sound there is often less than
+one 32 ms chunk (the reply starts 0-80 ms after the microphone opens), so in a room full of other
 talkers the first pause came before the level was known, and the babble in it cut the reply
 (benchmarks/converse --room chatter). A turn that heard the room long enough keeps its level
 here, per (output, input) pair as the echo profile is (vocal.duplex.canceller.profile), and the next
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from vocal.duplex.ambient import AmbientFloor
+from vocal.duplex.bargein.ambient import AmbientFloor
 from vocal.duplex.canceller.profile import PROFILE_DIR_NAME, profile_path
 from vocal.errors import VocalError
 from vocal.floor.statedir import ensure_private_dir
@@ -35,8 +35,8 @@ FRESH_S = 15 * 60
 #: every turn after a short reply would hear the room again before its first sound (40-60 ms).
 MIN_CHUNKS = 16
 #: A turn that knows no level hears the room alone for up to this long before its first sound
-#: (the floor needs `vocal.duplex.ambient.MIN_CHUNKS`: ~0.1 s). Without it, the first turn in a
-#: room of talkers learnt nothing before the reply's first pause, where the babble cut it.
+#: (the floor needs `vocal.duplex.bargein.ambient.MIN_CHUNKS`: ~0.1 s). Without it, the first turn
+#: in a room of talkers learnt nothing before the reply's first pause, where the babble cut it.
 FIRST_LISTEN_S = 0.25
 
 

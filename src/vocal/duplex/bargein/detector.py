@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from vocal.audio.chunks import Chunker
-from vocal.duplex.ambient import ROOM_MARGIN_DB, AmbientFloor
+from vocal.duplex.bargein.ambient import ROOM_MARGIN_DB, AmbientFloor
 
 if TYPE_CHECKING:
     import numpy as np
@@ -141,7 +141,7 @@ class BargeInOptions:
     tail_override_db: float | None = 6.0
     glitch_inhibit_ms: int = 1500
     #: A speech chunk counts only this many dB (or more) above the room's own level, the
-    #: median raw level heard while nothing played (vocal.duplex.ambient; None: off). Other
+    #: median raw level heard while nothing played (vocal.duplex.bargein.ambient; None: off). Other
     #: people talking in the room are speech to Silero: at -40 dBFS they cut every echo-only
     #: turn on the room harness, where the person's speech measured -17 to -25 dBFS. 32 ms
     #: chunks of that babble rose at most 8 dB above its median, and a median of a few chunks
