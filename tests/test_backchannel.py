@@ -1,6 +1,6 @@
-"""Backchannels over a paused reply (vocal.duplex.backchannel, issue 19): the words that leave
-the floor to the reply, the judge's two verdicts on a deterministic speech probability, how much
-reply is left, and the barge-in detector watching again after a resume. End to end on real
+"""Backchannels over a paused reply (vocal.duplex.bargein.backchannel, issue 19): the words that
+leave the floor to the reply, the judge's two verdicts on a deterministic speech probability, how
+much reply is left, and the barge-in detector watching again after a resume. End to end on real
 streams: tests/test_converse.py."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vocal.duplex.backchannel import (
+from vocal.duplex.bargein.backchannel import (
     BackchannelJudge,
     BackchannelOptions,
     Verdict,

@@ -165,7 +165,7 @@ class Settings:
     barge_in_strong_chunk_db: float | None = 6.0
     # barge_in_backchannels: a short "yeah" / "mm-hmm" / "okay" over the reply pauses it and
     # lets it go on; a stop word ("stop", "wait", "no") or anything longer stops it
-    # (vocal.duplex.backchannel). false: any barge-in stops the reply at once.
+    # (vocal.duplex.bargein.backchannel). false: any barge-in stops the reply at once.
     barge_in_backchannels: bool = True
 
     # -- the state directory's layout --------------------------------------------------------

@@ -440,9 +440,9 @@ class _Run:
     def _hear_out(self, turn: Turn, detector: BargeInDetector, blocks: Iterator[Block],
                   recent: collections.deque[Block], fit: OnsetFit) -> bool:  # fmt: skip
         """With the reply paused by a barge-in: listen on until the speech is too long for a
-        backchannel or has ended, and read its words (vocal.duplex.backchannel). True if it
+        backchannel or has ended, and read its words (vocal.duplex.bargein.backchannel). True if it
         was a backchannel and the reply has resumed (the detector watches again)."""
-        from vocal.duplex.backchannel import (
+        from vocal.duplex.bargein.backchannel import (
             BackchannelJudge,
             BackchannelOptions,
             Verdict,

@@ -10,7 +10,7 @@ stops, where the fit removes enough echo:
   answer begun as the question ended keeps its first words (the room's tail is otherwise
   blanked), with the echo followed where a glitch moved it (vocal.duplex.echo_follow);
 - over a paused reply (`short_words`): the words of a short utterance, to tell a backchannel
-  (vocal.duplex.backchannel).
+  (vocal.duplex.bargein.backchannel).
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ class ConverseResult:
     #: "echo_removed_db": what the best fit removed (None: nothing to fit), "fit_s"}.
     interruption_audio: dict[str, Any] | None = None
     #: Backchannels ("yeah", "mm-hmm") the person said over the reply: each paused it and it
-    #: went on (vocal.duplex.backchannel): {"text", "at_s" (from the reply's first sample),
+    #: went on (vocal.duplex.bargein.backchannel): {"text", "at_s" (from the reply's first sample),
     #: "speech_s", "paused_s"}. They are not in `text` and do not make `interrupted`.
     backchannels: list[dict[str, Any]] = field(default_factory=list)
     #: When the reply ended by itself with the canceller on: how its last second and the room's

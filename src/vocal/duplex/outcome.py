@@ -76,7 +76,7 @@ class TurnParts:
     #: from the raw microphone minus the fitted echo ("raw") or blanked as before ("blanked").
     tail_audio: dict | None = None
     #: Backchannels heard over the reply, each of which paused it and let it go on
-    #: (vocal.duplex.backchannel): {"text", "at_s", "speech_s", "paused_s"}.
+    #: (vocal.duplex.bargein.backchannel): {"text", "at_s", "speech_s", "paused_s"}.
     backchannels: list[dict] = field(default_factory=list)
     #: Keeping the turn's echo delay for the next one (vocal.duplex.canceller.profile.learn_delay),
     #: and the delay kept once it has been written.

@@ -317,7 +317,7 @@ class BargeInDetector:
 
     def rearm(self) -> None:
         """Watch again after a barge-in that turned out not to be one (a backchannel, and the
-        reply resumed: vocal.duplex.backchannel); the trace and counters go on."""
+        reply resumed: vocal.duplex.bargein.backchannel); the trace and counters go on."""
         self.fired = None
         self._run.clear()
         self._chunker.clear()
