@@ -452,7 +452,7 @@ def test_with_nothing_heard_before_the_reply_the_room_is_learnt_in_its_pause() -
     pause, speech cannot be told from the room's own talk while no floor is known: it neither
     counts nor teaches (a person's voice must not become the floor), so babble that was never
     heard alone cuts nothing, and a person is heard over the playing reply (the echo test)
-    but not in a pause. A level an earlier turn kept (vocal.duplex.room_level) is known from
+    but not in a pause. A level an earlier turn kept (vocal.duplex.bargein.room_level) is known from
     the start, and in a quiet room the pause's quiet chunks teach it."""
     detector = babble_turn(before=0)
     assert detector.fired is None and detector.ambient.floor_db is None

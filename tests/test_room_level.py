@@ -1,4 +1,4 @@
-"""The room's level kept per device pair (vocal.duplex.room_level): written off the turn's
+"""The room's level kept per device pair (vocal.duplex.bargein.room_level): written off the turn's
 path, read back while fresh, a bad record set aside."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from vocal.duplex.bargein.ambient import AmbientFloor
-from vocal.duplex.room_level import (
+from vocal.duplex.bargein.room_level import (
     FRESH_S,
     MIN_CHUNKS,
     fresh_room_level,

@@ -98,8 +98,8 @@ def converse(
     Nobody speaking is not an error here: `speech_heard` is False (the command exits 4).
     """
     from vocal.audio.headphones import aec_wanted
+    from vocal.duplex.bargein.room_level import fresh_room_level
     from vocal.duplex.canceller.profile import HALF_DUPLEX, known_pair, load_profile
-    from vocal.duplex.room_level import fresh_room_level
     from vocal.floor.gates import read_gates
     from vocal.speaking.speech import resolve_voice
     from vocal.tts import engine_class
@@ -155,7 +155,7 @@ class _Run:
                  room_db: float | None = None) -> None:  # fmt: skip
         self.options, self.settings, self.report = options, settings, report
         self.devices = devices  # (output, input) as the options and settings name them
-        #: The room's level a recent turn heard here (vocal.duplex.room_level), or None.
+        #: The room's level a recent turn heard here (vocal.duplex.bargein.room_level), or None.
         self.room_db = room_db
         self.name, self.rate, self.gain = name, rate, gain
         #: This device pair's echo as last measured (vocal.duplex.canceller.profile): its delay
@@ -307,8 +307,8 @@ class _Run:
         endpointer first (a barge-in's pre-roll) and the time from which capture counts."""
         from vocal.audio.vad import SileroVad
         from vocal.duplex.bargein.detector import BargeInOptions, barge_in_options
+        from vocal.duplex.bargein.room_level import hear_room_first, keep_heard_level
         from vocal.duplex.handoff import kept_blocks
-        from vocal.duplex.room_level import hear_room_first, keep_heard_level
         from vocal.speaking.output import open_speech_player
         from vocal.speaking.speech import Speech, engine_loader
 

@@ -100,7 +100,7 @@ class EchoGuard:
         room_level_db: float | None = None,
     ) -> BargeInDetector:
         """Start a barge-in detector on the cleaned capture; `on_barge_in` stops the reply.
-        `room_level_db`: the room's level a recent turn heard (vocal.duplex.room_level)."""
+        `room_level_db`: the room's level a recent turn heard (vocal.duplex.bargein.room_level)."""
         import dataclasses
 
         from vocal.duplex.bargein.detector import BargeInDetector, BargeInOptions

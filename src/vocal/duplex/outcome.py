@@ -70,7 +70,7 @@ class TurnParts:
     #: vocal.duplex.bargein.ambient).
     room_gate: RoomGate | None = None
     #: How long the turn heard the room alone before its first sound, knowing no level of it
-    #: (vocal.duplex.room_level.hear_room_first).
+    #: (vocal.duplex.bargein.room_level.hear_room_first).
     room_first_s: float = 0.0
     #: When the reply ended by itself: whether its last second and its room tail were heard
     #: from the raw microphone minus the fitted echo ("raw") or blanked as before ("blanked").
@@ -81,7 +81,8 @@ class TurnParts:
     #: Keeping the turn's echo delay for the next one (vocal.duplex.canceller.profile.learn_delay),
     #: and the delay kept once it has been written.
     learner: threading.Thread | None = None
-    #: Keeps the room's level the detector heard for the next turn (vocal.duplex.room_level).
+    #: Keeps the room's level the detector heard for the next turn
+    #: (vocal.duplex.bargein.room_level).
     room_keeper: threading.Thread | None = None
     learned_delay_ms: float | None = None
 

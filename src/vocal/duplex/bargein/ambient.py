@@ -25,7 +25,7 @@ from typing import Any, Protocol
 #: reply plays (the double-talk test decides alone, as without a floor), and not while nothing
 #: plays (the room cannot be told from a person then: the chunk teaches the floor instead).
 MIN_CHUNKS = 3
-#: A level the last turn kept (vocal.duplex.room_level) counts as this many chunks heard: a
+#: A level the last turn kept (vocal.duplex.bargein.room_level) counts as this many chunks heard: a
 #: floor from the start, which this turn's own chunks soon outvote.
 PRIOR_CHUNKS = 3
 #: Chunks remembered (~10 s of 32 ms chunks where nothing plays).
@@ -146,9 +146,9 @@ class RoomGate:
     @classmethod
     def of_room(cls, detector: HeardRoom | None, kept_db: float | None) -> RoomGate | None:
         """The gate for the floor a barge-in `detector` heard over the reply, else the level
-        the last turn kept (vocal.duplex.room_level) with `ROOM_MARGIN_DB`; None where neither
-        is known or the floor is off. In a room of talkers a pause is where the person's level
-        falls to the room's."""
+        the last turn kept (vocal.duplex.bargein.room_level) with `ROOM_MARGIN_DB`; None where
+        neither is known or the floor is off. In a room of talkers a pause is where the person's
+        level falls to the room's."""
         if detector is not None:
             floor_db, margin_db = detector.ambient.floor_db, detector.ambient.margin_db
         else:

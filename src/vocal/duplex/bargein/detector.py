@@ -147,7 +147,7 @@ class BargeInOptions:
     #: chunks of that babble rose at most 8 dB above its median, and a median of a few chunks
     #: errs by -3.4 dB in 1 case in 10: hence 10. The floor is learnt before the far end's first
     #: loud sample (the "before" window: nothing counts there, no reply to interrupt yet), in
-    #: its pauses, and kept from the turn before (vocal.duplex.room_level).
+    #: its pauses, and kept from the turn before (vocal.duplex.bargein.room_level).
     ambient_margin_db: float | None = ROOM_MARGIN_DB
     #: Audio kept from before the first chunk of the deciding run. Silero is sure of the person
     #: 0.17-0.37 s after their first sound in double talk (up to 0.7 s on a loaded machine),
@@ -228,7 +228,7 @@ class BargeInDetector:
             captured at a time (`EchoCanceller.echo_levels_db`), for `double_talk_db`.
         delay_frames: how late the samples fed are against their capture time
             (`EchoCanceller.capture_delay_frames`), so chunk times are capture times.
-        room_level_db: the room's level a recent turn heard (vocal.duplex.room_level), a
+        room_level_db: the room's level a recent turn heard (vocal.duplex.bargein.room_level), a
             start for `ambient`.
         clock: monotonic time source (tests).
     """
@@ -299,7 +299,7 @@ class BargeInDetector:
         self.strong_chunks = 0
         self._chunker = Chunker(o.chunk_frames, o.sample_rate)
         #: The room's own level (`ambient_margin_db`), from the last turn's (`room_level_db`,
-        #: vocal.duplex.room_level) until this one has heard its own.
+        #: vocal.duplex.bargein.room_level) until this one has heard its own.
         self.ambient = AmbientFloor(o.ambient_margin_db, prior_db=room_level_db)
 
     def onset_s(self) -> float:
