@@ -182,7 +182,7 @@ def click_delay_ms(played_rate: int) -> float:
     monotonic clock as the taps put them (`stream_clock_s`)."""
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
-    from vocal.duplex.taps import stream_clock_s
+    from vocal.duplex.echo_free.taps import stream_clock_s
 
     played: list[tuple[float, int]] = []  # (callback time, position at the block's end)
     captured: list[tuple[float, int]] = []

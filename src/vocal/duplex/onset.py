@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vocal.duplex.echo_follow import PathSteps, follow_path
-from vocal.duplex.taps import StreamTap, clock_offset, joined, position_at
+from vocal.duplex.echo_free.taps import StreamTap, clock_offset, joined, position_at
 
 if TYPE_CHECKING:
     from vocal.audio.devices import Block
