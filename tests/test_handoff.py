@@ -1,7 +1,7 @@
 """What a converse turn hands its listener when the reply ends by itself (vocal.duplex.handoff,
 issue 19's hand-over): where someone is first heard over the reply's last second, and where
 speech the detector saw before the end began; the echo followed where an underrun moved it
-(vocal.duplex.echo_follow, issue 36), on speech through a known room and a real recording.
+(vocal.duplex.echo_free.echo_follow, issue 36), on speech through a known room and a real recording.
 The fit itself is tested on real speech in tests/test_onset.py, the whole hand-over on real
 streams in tests/test_converse.py."""
 
@@ -149,7 +149,7 @@ def test_following_finds_where_an_underrun_moved_the_echo(reply) -> None:
     """The echo 40 ms later from 0.6 s before the reply's end on: the fit made before the move
     leaves the words after it at their full level; followed, the step is found where it is,
     and they are gone."""
-    from vocal.duplex.echo_follow import follow_path
+    from vocal.duplex.echo_free.echo_follow import follow_path
     from vocal.duplex.onset import EchoPath, best_echo_path, echo_estimate
 
     end = reply.shape[0] - round(0.6 * RATE)
@@ -177,7 +177,7 @@ def test_following_finds_where_an_underrun_moved_the_echo(reply) -> None:
 def test_a_person_over_the_echo_is_not_read_as_a_move(reply, answer) -> None:
     """A real answer at the echo's level over the reply's last 0.5 s: no shift explains it, so
     no step is taken there, and the span it covers cannot be vouched for after a glitch."""
-    from vocal.duplex.echo_follow import WINDOW_S, follow_path
+    from vocal.duplex.echo_free.echo_follow import WINDOW_S, follow_path
     from vocal.duplex.onset import best_echo_path, echo_estimate
 
     end = reply.shape[0] - round(0.6 * RATE)

@@ -8,7 +8,7 @@ stops, where the fit removes enough echo:
   onset on, or from where the echo-free capture shows they began, if that was earlier;
 - after the reply ended by itself (`handover_blocks`): its last `HANDOVER_LOOKBACK_S`, so an
   answer begun as the question ended keeps its first words (the room's tail is otherwise
-  blanked), with the echo followed where a glitch moved it (vocal.duplex.echo_follow);
+  blanked), with the echo followed where a glitch moved it (vocal.duplex.echo_free.echo_follow);
 - over a paused reply (`short_words`): the words of a short utterance, to tell a backchannel
   (vocal.duplex.bargein.backchannel).
 """
@@ -45,9 +45,9 @@ HANDOVER_MIN_REMOVED_DB = 30.0
 #: (tests/test_converse.py). Blanking after any glitch this long before the hand-over's
 #: stretch or in it lost answers' first words on a busy machine, most after glitches that had
 #: moved nothing (an underflow as the output drains: issue 36). So the echo is followed
-#: through the stretch (vocal.duplex.echo_follow, from `FOLLOW_LEAD_S` before it), and after a
-#: glitch the hand-over is blanked only where the following cannot vouch for the reply's words
-#: (windows within `FOLLOWED_WORDS_DB` of its loudest) in the span the glitch may have moved
+#: through the stretch (vocal.duplex.echo_free.echo_follow, from `FOLLOW_LEAD_S` before it), and
+#: after a glitch the hand-over is blanked only where the following cannot vouch for the reply's
+#: words (windows within `FOLLOWED_WORDS_DB` of its loudest) in the span the glitch may have moved
 #: them: from `GLITCH_NOTICED_S` before it was noticed (the detector notices a glitch at its
 #: next block, late by its backlog) to when it was, each one echo delay later in the capture.
 HANDOVER_GLITCH_BEFORE_S = 1.5
@@ -370,7 +370,7 @@ def _before_end(steps: Iterable[tuple[int, int]], end: int) -> list[list[float]]
 def _followed(
     echo_free: EchoFreeOnset | None, ended_s: float, glitches: list[float], report: dict[str, Any]
 ) -> EchoFreeOnset | None:
-    """`echo_free` followed through the hand-over's stretch (vocal.duplex.echo_follow), or
+    """`echo_free` followed through the hand-over's stretch (vocal.duplex.echo_free.echo_follow), or
     None where its fit removes less than `HANDOVER_MIN_REMOVED_DB`, or `glitches` (times
     noticed) may have moved the echo where the following cannot vouch for it (see
     `HANDOVER_GLITCH_BEFORE_S`); what it found goes into `report`."""

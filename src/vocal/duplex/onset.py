@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vocal.duplex.echo_follow import PathSteps, follow_path
+from vocal.duplex.echo_free.echo_follow import PathSteps, follow_path
 from vocal.duplex.echo_free.taps import StreamTap, clock_offset, joined, position_at
 
 if TYPE_CHECKING:
@@ -313,7 +313,7 @@ class AlignedStreams:
 class EchoFreeOnset:
     """Raw capture minus the fitted echo, block by block, for the blocks a Microphone hands
     out (matched to the raw tap by their stamps); the echo shifted where the path was followed
-    to have moved (`steps`, vocal.duplex.echo_follow: raw indices from base)."""
+    to have moved (`steps`, vocal.duplex.echo_free.echo_follow: raw indices from base)."""
 
     def __init__(
         self,
@@ -377,7 +377,7 @@ class EchoFreeOnset:
 
     def follow(self, start: int, stop: int | None = None) -> PathSteps:
         """Where the echo moved from raw index `start` (from base) to `stop` (default: the
-        newest capture), by the fitted echo's shift in windows (vocal.duplex.echo_follow);
+        newest capture), by the fitted echo's shift in windows (vocal.duplex.echo_free.echo_follow);
         `followed` applies it."""
         blocks = self._taps.raw.snapshot()
         if not blocks:
