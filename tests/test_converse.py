@@ -121,7 +121,7 @@ def test_near_end_speech_stops_the_reply_and_is_transcribed(room, near_wav) -> N
     assert code == 0, err
     assert result["interrupted"] is True, result
     # Heard from the raw microphone minus the reply's fitted echo when the fit held (it did in
-    # 10 of 12 benchmark runs), else from the canceller (vocal.duplex.onset).
+    # 10 of 12 benchmark runs), else from the canceller (vocal.duplex.echo_free.onset).
     audio = result["interruption_audio"]
     assert audio["source"] in ("raw", "canceller") and audio["fit_s"] is not None, audio
     if audio["source"] == "raw":

@@ -29,8 +29,8 @@ from vocal.duplex.canceller.profile import (
     save_profile,
     verdict_for,
 )
+from vocal.duplex.echo_free.onset import AlignedStreams
 from vocal.duplex.echo_probe import Recording, _measured, probe_signal
-from vocal.duplex.onset import AlignedStreams
 from vocal.tts import engine_class
 
 SAMPLE_RATE = 16_000

@@ -62,7 +62,7 @@ class TurnSource:
     """The block source `listen` reads after the reply: first the kept blocks (the barge-in's
     pre-roll), then the still-open microphone; blocks captured before `heard_from_s` are
     silenced (the reply's tail) or dropped (half-duplex), and after a barge-in each block may
-    be rebuilt from the raw capture (`rebuild`, vocal.duplex.onset)."""
+    be rebuilt from the raw capture (`rebuild`, vocal.duplex.echo_free.onset)."""
 
     def __init__(self, mic: Microphone, first: list[Block], *, heard_from_s: float | None,
                  drop_before: bool,

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from vocal.config import Settings
     from vocal.duplex.bargein.detector import BargeInDetector
     from vocal.duplex.canceller.profile import EchoProfile
-    from vocal.duplex.onset import OnsetFit
+    from vocal.duplex.echo_free.onset import OnsetFit
     from vocal.floor.turn import Turn
     from vocal.hearing.listening import ListenResult
 
@@ -429,9 +429,9 @@ class _Run:
         return [], ended_s + REVERB_GAP_MS / 1000
 
     def _start_fit(self, onset_s: float) -> OnsetFit:
-        """Start fitting the reply's echo before `onset_s` (vocal.duplex.onset) in a thread."""
+        """Start fitting the reply's echo before `onset_s` (duplex/echo_free/onset) in a thread."""
+        from vocal.duplex.echo_free.onset import OnsetFit
         from vocal.duplex.handoff import fit_after_s
-        from vocal.duplex.onset import OnsetFit
 
         detector = self.parts.guard.detector
         after_s = fit_after_s(detector, onset_s) if detector is not None else None

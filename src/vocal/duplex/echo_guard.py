@@ -31,7 +31,7 @@ if TYPE_CHECKING:
         SpeechProbability,
     )
     from vocal.duplex.canceller.aec import EchoCanceller
-    from vocal.duplex.onset import EchoFreeOnset, OnsetTaps
+    from vocal.duplex.echo_free.onset import EchoFreeOnset, OnsetTaps
 
 
 #: The barge-in's tail window ends this long before the echo window does (300 ms against
@@ -56,10 +56,10 @@ class EchoGuard:
         self.canceller = canceller
         self.detector: BargeInDetector | None = None
         #: The raw capture and the played blocks, for an interruption's echo-free onset
-        #: (vocal.duplex.onset); only with a canceller (without one the capture is raw).
+        #: (vocal.duplex.echo_free.onset); only with a canceller (without one the capture is raw).
         self.taps: OnsetTaps | None = None
         if canceller is not None:
-            from vocal.duplex.onset import OnsetTaps
+            from vocal.duplex.echo_free.onset import OnsetTaps
 
             drift_ppm = canceller.drift.drift_ppm if canceller.drift is not None else 0.0
             self.taps = OnsetTaps(canceller.render_sample_rate, canceller.capture_sample_rate,
@@ -82,7 +82,7 @@ class EchoGuard:
 
     def echo_free_onset(self, onset_s: float, after_s: float | None = None) -> EchoFreeOnset | None:
         """After a barge-in: the raw capture with the reply's fitted echo taken out (see
-        vocal.duplex.onset), fitted after `after_s` if given; None without a canceller or
+        vocal.duplex.echo_free.onset), fitted after `after_s` if given; None without a canceller or
         with no reply to fit."""
         if self.taps is None or self.canceller is None:
             return None

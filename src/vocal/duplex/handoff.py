@@ -1,8 +1,8 @@
 """What a converse turn hands its listener of the time its reply played.
 
 Three moments, one tool: the raw microphone minus the reply's fitted echo
-(`vocal.duplex.onset.EchoFreeOnset`), which keeps the words AEC3's suppressor clips as the reply
-stops, where the fit removes enough echo:
+(`vocal.duplex.echo_free.onset.EchoFreeOnset`), which keeps the words AEC3's suppressor clips as the
+reply stops, where the fit removes enough echo:
 
 - after a barge-in (`kept_after_barge_in`): the blocks from the pre-roll before the person's
   onset on, or from where the echo-free capture shows they began, if that was earlier;
@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from vocal.audio.devices import Block
     from vocal.duplex.bargein.detector import BargeInDetector
+    from vocal.duplex.echo_free.onset import EchoFreeOnset, OnsetFit
     from vocal.duplex.echo_guard import EchoGuard
-    from vocal.duplex.onset import EchoFreeOnset, OnsetFit
     from vocal.duplex.outcome import TurnParts
     from vocal.hearing.stt_loading import SttLoader
 
-#: The capture's sample rate (the Microphone's, vocal.duplex.onset's).
+#: The capture's sample rate (the Microphone's, vocal.duplex.echo_free.onset's).
 SAMPLE_RATE = 16_000
 
 #: When the reply ends by itself, this much capture before its end is heard again from the raw

@@ -62,7 +62,7 @@ class ConverseResult:
     #: The canceller's per-block levels (`EchoCanceller(log_levels=True)`), with the trace.
     levels: dict[str, Any] | None = None
     #: After a barge-in, what the interruption was heard from: {"source": "raw" (the raw
-    #: microphone minus the reply's fitted echo, vocal.duplex.onset) or "canceller",
+    #: microphone minus the reply's fitted echo, vocal.duplex.echo_free.onset) or "canceller",
     #: "echo_removed_db": what the best fit removed (None: nothing to fit), "fit_s"}.
     interruption_audio: dict[str, Any] | None = None
     #: Backchannels ("yeah", "mm-hmm") the person said over the reply: each paused it and it

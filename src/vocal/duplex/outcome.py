@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
     from vocal.duplex.bargein.ambient import RoomGate
-    from vocal.duplex.onset import EchoFreeOnset
+    from vocal.duplex.echo_free.onset import EchoFreeOnset
     from vocal.floor.turn import Turn
     from vocal.hearing.listening import ListenResult
     from vocal.hearing.stt_loading import SttLoader
@@ -57,7 +57,7 @@ class TurnParts:
     #: Where the person started speaking (capture time), once a barge-in fired.
     onset_s: float | None = None
     #: After a barge-in: the raw capture minus the fitted echo, when the fit was good enough
-    #: (vocal.duplex.onset); the echo the best fit removed (dB) and how long fitting took.
+    #: (vocal.duplex.echo_free.onset); the echo the best fit removed (dB) and how long fitting took.
     echo_free: EchoFreeOnset | None = None
     onset_removed_db: float | None = None
     onset_fit_s: float | None = None

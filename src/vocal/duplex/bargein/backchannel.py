@@ -43,7 +43,7 @@ ACKNOWLEDGEMENT_PHRASES = (
     ("makes", "sense"), ("sounds", "good"), ("of", "course"), ("that", "makes", "sense"),
 )  # fmt: skip
 #: Words that mean the person wants the floor, however short. "top": Whisper's usual hearing
-#: of a "stop" whose "s" the echo canceller's suppressor took (vocal.duplex.onset).
+#: of a "stop" whose "s" the echo canceller's suppressor took (vocal.duplex.echo_free.onset).
 STOP_WORDS = frozenset(
     "stop top wait no nope hold hang pause quiet enough cancel but actually sorry excuse "
     "what why how hey shut".split()

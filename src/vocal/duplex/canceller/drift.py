@@ -10,7 +10,7 @@ n(1 + drift) - `hold`, read with a windowed-sinc interpolator. The read runs ahe
 drift x samples, so it is held back `hold` samples (`HOLD_MS`): over a reply of up to
 `HOLD_MS / drift` (30 s at 100 ppm) it tracks; past that it stops where the samples end.
 `warped` does the same to a whole recording at once, for the fit of an interruption's
-echo-free onset (vocal.duplex.onset).
+echo-free onset (vocal.duplex.echo_free.onset).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def warped(signal: np.ndarray, drift_ppm: float, anchor: int) -> np.ndarray:
     sample n is `signal` at anchor + (n - anchor)(1 + drift_ppm·1e-6), so the two agree at
     `anchor` and part by `drift_ppm` millionths of a sample per sample either side of it (zeros
     where the read falls outside `signal`). A fit of a drifting echo path on this holds across
-    seconds where one on `signal` holds for a fraction of one (vocal.duplex.onset)."""
+    seconds where one on `signal` holds for a fraction of one (vocal.duplex.echo_free.onset)."""
     n = np.arange(signal.shape[0], dtype=np.float64)
     position = anchor + (n - anchor) * (1.0 + drift_ppm * 1e-6)
     return _read(signal.astype(np.float64), position, _kernels()).astype(np.float32)

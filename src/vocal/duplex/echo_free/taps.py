@@ -2,8 +2,8 @@
 
 A tap keeps each block with the count of samples before it, so positions within a stream are
 exact; only the mapping between two streams (the capture and the output) comes from the
-clock, read from the callbacks' stamps (`stream_clock_s`). vocal.duplex.onset fits the echo
-path on two taps.
+clock, read from the callbacks' stamps (`stream_clock_s`). vocal.duplex.echo_free.onset fits the
+echo path on two taps.
 """
 
 from __future__ import annotations
