@@ -150,7 +150,7 @@ def test_following_finds_where_an_underrun_moved_the_echo(reply) -> None:
     leaves the words after it at their full level; followed, the step is found where it is,
     and they are gone."""
     from vocal.duplex.echo_free.echo_follow import follow_path
-    from vocal.duplex.echo_free.onset import EchoPath, best_echo_path, echo_estimate
+    from vocal.duplex.echo_free.echo_path import EchoPath, best_echo_path, echo_estimate
 
     end = reply.shape[0] - round(0.6 * RATE)
     moved_at = end - round(0.6 * RATE)
@@ -178,7 +178,7 @@ def test_a_person_over_the_echo_is_not_read_as_a_move(reply, answer) -> None:
     """A real answer at the echo's level over the reply's last 0.5 s: no shift explains it, so
     no step is taken there, and the span it covers cannot be vouched for after a glitch."""
     from vocal.duplex.echo_free.echo_follow import WINDOW_S, follow_path
-    from vocal.duplex.echo_free.onset import best_echo_path, echo_estimate
+    from vocal.duplex.echo_free.echo_path import best_echo_path, echo_estimate
 
     end = reply.shape[0] - round(0.6 * RATE)
     began = end - round(0.5 * RATE)

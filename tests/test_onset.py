@@ -1,6 +1,6 @@
 """An interruption heard from the raw microphone minus the reply's fitted echo
-(vocal.duplex.echo_free.onset, issue 19): the fit on real speech through a known echo path, the
-taps' bookkeeping, and the fallback when the echo is not linear."""
+(vocal.duplex.echo_free: onset and echo_path, issue 19): the fit on real speech through a known
+echo path, the taps' bookkeeping, and the fallback when the echo is not linear."""
 
 from __future__ import annotations
 
@@ -11,12 +11,8 @@ from harness.room_effects import small_room
 from harness.sounds import espeak
 from vocal.audio.devices import Block
 from vocal.audio.wav import resample
-from vocal.duplex.echo_free.onset import (
-    MIN_ECHO_REMOVED_DB,
-    OnsetTaps,
-    best_echo_path,
-    echo_estimate,
-)
+from vocal.duplex.echo_free.echo_path import best_echo_path, echo_estimate
+from vocal.duplex.echo_free.onset import MIN_ECHO_REMOVED_DB, OnsetTaps
 
 RATE = 16_000
 REPLY = "The build finished. All forty two tests passed, and the report is in the docs folder."

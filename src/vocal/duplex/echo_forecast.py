@@ -120,7 +120,7 @@ def measure_room(reference: np.ndarray, mic: np.ndarray, probe: slice, delay_sam
                  noise: np.ndarray) -> MeasuredRoom:  # fmt: skip
     """The echo path of the probe `reference[probe]` in `mic` (same grid, `SAMPLE_RATE`),
     deconvolved over the whole probe and its tail and kept from `PATH_LEAD_S` before the
-    direct sound (`delay_samples`, from `vocal.duplex.echo_free.onset.fit_echo_path`) to
+    direct sound (`delay_samples`, from `vocal.duplex.echo_free.echo_path.fit_echo_path`) to
     `PATH_TAIL_S` after it; `noise` is what the microphone heard before the probe."""
     start, stop = probe.start or 0, probe.stop if probe.stop is not None else reference.shape[0]
     lead, tail = round(PATH_LEAD_S * SAMPLE_RATE), round(PATH_TAIL_S * SAMPLE_RATE)

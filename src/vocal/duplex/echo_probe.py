@@ -6,9 +6,9 @@ wires them (the output callback feeds AEC3's reverse stream, the input callback 
 stream: `vocal.duplex.echo_guard.EchoGuard`). From the two streams as the callbacks saw them:
 
 - **the delay**: the strongest tap of the linear echo path fitted from what was played to what
-  was captured (`vocal.duplex.echo_free.onset.fit_echo_path`), from the output callback handing a
-  sample over to its echo reaching the input callback: output latency, the room, input latency. This
-  is the stream delay AEC3 is told (`EchoCanceller(stream_delay_ms=...)`);
+  was captured (`vocal.duplex.echo_free.echo_path.fit_echo_path`), from the output callback handing
+  a sample over to its echo reaching the input callback: output latency, the room, input latency.
+  This is the stream delay AEC3 is told (`EchoCanceller(stream_delay_ms=...)`);
 - **the echo's level** at the microphone (dBFS RMS over the probe) and its gain over the probe;
 - **the reduction**: what the canceller took out of the probe's echo after its first second
   (ERLE, `vocal.duplex.erle.erle_db`), which is what decides the verdict
@@ -230,7 +230,7 @@ class Recording:
 
 def _measured(output: str, input: str, recording: Recording) -> EchoMeasurement:
     """The figures from the recorded streams (see `measure_echo`)."""
-    from vocal.duplex.echo_free.onset import fit_echo_path
+    from vocal.duplex.echo_free.echo_path import fit_echo_path
     from vocal.errors import DeviceError
 
     streams = recording.streams
