@@ -23,7 +23,8 @@ import collections
 import numpy as np
 
 from vocal.duplex.canceller.aec import EchoCanceller
-from vocal.duplex.echo_track import peak_between, peak_stands_out
+from vocal.duplex.echo_free.echo_path import peak_stands_out
+from vocal.duplex.echo_track import peak_between
 
 #: The microphone's rate (vocal.duplex.canceller.aec_frames.CAPTURE_SAMPLE_RATE); lags are in
 #: its samples.

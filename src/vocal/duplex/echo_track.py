@@ -112,13 +112,6 @@ def peak_between(corr: np.ndarray, k: int) -> float:
     return 0.5 * float(corr[k - 1] - corr[k + 1]) / curve if curve else 0.0
 
 
-def peak_stands_out(corr: np.ndarray, k: int, apart: int, ratio: float) -> bool:
-    """Whether `corr[k]` is at least `ratio` times every value more than `apart` samples from
-    it (True where there is none): one clear echo, not a match among many."""
-    others = np.concatenate([corr[: max(0, k - apart)], corr[k + apart + 1 :]])
-    return not others.size or bool(corr[k] >= ratio * float(np.max(others)))
-
-
 def _slope(centres: np.ndarray, delays: np.ndarray, steps: list[tuple[int, int]],
            window: int) -> float:  # fmt: skip
     """The delay's drift (samples a sample): one slope through every stretch between steps (each at
@@ -139,4 +132,4 @@ def _slope(centres: np.ndarray, delays: np.ndarray, steps: list[tuple[int, int]]
     return num / den if den else 0.0
 
 
-__all__ = ["DelayTrack", "follow_delay", "peak_between", "peak_stands_out"]
+__all__ = ["DelayTrack", "follow_delay", "peak_between"]

@@ -134,6 +134,13 @@ def _correlation(reference: np.ndarray, raw: np.ndarray, stretch: slice,
     return np.abs(np.fft.irfft(cross, size)[: high - low + 1])
 
 
+def peak_stands_out(corr: np.ndarray, k: int, apart: int, ratio: float) -> bool:
+    """Whether `corr[k]` is at least `ratio` times every value more than `apart` samples from
+    it (True where there is none): one clear echo, not a match among many."""
+    others = np.concatenate([corr[: max(0, k - apart)], corr[k + apart + 1 :]])
+    return not others.size or bool(corr[k] >= ratio * float(np.max(others)))
+
+
 def echo_lag_now(reference: np.ndarray, raw: np.ndarray, stretch: slice, lags: tuple[int, int],
                  rate: int = SAMPLE_RATE) -> int | None:  # fmt: skip
     """The echo's delay (samples, within `lags`) over a short stretch that may hold the person
@@ -146,8 +153,6 @@ def echo_lag_now(reference: np.ndarray, raw: np.ndarray, stretch: slice, lags: t
     corr = _correlation(reference, raw, stretch, lags, phat=True)
     if corr is None:
         return None
-    from vocal.duplex.echo_track import peak_stands_out
-
     k = int(np.argmax(corr))
     if not peak_stands_out(corr, k, round(MOVED_MS * rate / 1000), DISTINCT):
         return None
@@ -209,5 +214,6 @@ __all__ = [
     "echo_estimate",
     "echo_lag_now",
     "fit_echo_path",
+    "peak_stands_out",
     "shifted_reference",
 ]
