@@ -473,7 +473,7 @@ def play_turn(
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
     from vocal.duplex.canceller import aec as aec_module
-    from vocal.duplex.echo_guard import EchoGuard
+    from vocal.duplex.wiring import EchoGuard
 
     aec_module._reset_shared_apm()  # every turn is a new process: a fresh canceller
     canceller = aec_module.EchoCanceller(

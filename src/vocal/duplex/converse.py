@@ -39,9 +39,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from vocal.duplex.adapters import INPUT_TIMEOUT_S, SpeechOutput, TurnSource
-from vocal.duplex.echo_guard import EchoGuard
 from vocal.duplex.options import ConverseOptions, ConverseResult
 from vocal.duplex.outcome import TurnParts, converse_result, record_history
+from vocal.duplex.wiring import EchoGuard
 from vocal.errors import DeviceError, UsageError
 from vocal.floor.phases import TurnPhase
 from vocal.hearing.live import status_line

@@ -3,7 +3,7 @@
 A probe of speech-like noise (`probe_signal`: bursts at a syllable's rate, the band of speech)
 plays through the output vocal uses while the microphone records, wired as `vocal converse`
 wires them (the output callback feeds AEC3's reverse stream, the input callback its capture
-stream: `vocal.duplex.echo_guard.EchoGuard`). From the two streams as the callbacks saw them:
+stream: `vocal.duplex.wiring.EchoGuard`). From the two streams as the callbacks saw them:
 
 - **the delay**: the strongest tap of the linear echo path fitted from what was played to what
   was captured (`vocal.duplex.echo_free.echo_path.fit_echo_path`), from the output callback handing
@@ -146,7 +146,7 @@ def measure_echo(*, output: str, input: str, output_device: str | int | None = N
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
     from vocal.duplex.canceller.aec import EchoCanceller
-    from vocal.duplex.echo_guard import EchoGuard
+    from vocal.duplex.wiring import EchoGuard
     from vocal.errors import DeviceError
 
     probe = probe_signal(sample_rate, probe_s)

@@ -26,8 +26,8 @@ if TYPE_CHECKING:
     from vocal.audio.devices import Block
     from vocal.duplex.bargein.detector import BargeInDetector
     from vocal.duplex.echo_free.onset import EchoFreeOnset, OnsetFit
-    from vocal.duplex.echo_guard import EchoGuard
     from vocal.duplex.outcome import TurnParts
+    from vocal.duplex.wiring import EchoGuard
     from vocal.hearing.stt_loading import SttLoader
 
 #: The capture's sample rate (the Microphone's, vocal.duplex.echo_free.onset's).

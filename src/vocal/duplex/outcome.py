@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from vocal.duplex.echo_guard import EchoGuard
 from vocal.duplex.options import ConverseResult
+from vocal.duplex.wiring import EchoGuard
 
 if TYPE_CHECKING:
     from vocal.audio.devices import Microphone
