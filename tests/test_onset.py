@@ -57,7 +57,7 @@ def test_a_late_onset_estimate_still_fits_on_the_reply_alone(speech) -> None:
 def test_a_fit_after_a_glitch_follows_the_moved_echo_path(speech) -> None:
     """An output underflow 2.5 s before the person moves the echo path by 70 ms (seen live):
     the fit over the stretch before it leaves the reply's words over the person; the fit
-    from after it (`best_echo_path(earliest=...)`, vocal.duplex.handoff.fit_after_s) does
+    from after it (`best_echo_path(earliest=...)`, vocal.duplex.handover.fit_after_s) does
     not."""
     reply, person = speech
     glitch, onset = round(2.0 * RATE), round(4.5 * RATE)
@@ -125,11 +125,11 @@ def test_a_person_who_began_under_the_echo_is_traced_back_to_their_first_word(sp
     """A real recording ("he was not an ill disposed young man") at the echo's level, which the
     detector heard only 1.4 s in (AEC3's suppressor held the start down; seen live at 0 dB):
     the raw capture minus the fit shows where the person began
-    (vocal.duplex.handoff.near_end_onset_s): their soft first sound under the echo comes a
+    (vocal.duplex.handover.near_end_onset_s): their soft first sound under the echo comes a
     little before it, and the pre-roll kept before it holds that too."""
     from harness.corpus import load_clips
     from vocal.audio.wav import read_wav
-    from vocal.duplex.handoff import NEAR_END_PRE_ROLL_S, near_end_onset_s
+    from vocal.duplex.handover import NEAR_END_PRE_ROLL_S, near_end_onset_s
 
     reply, _ = speech
     clip = next(c for c in load_clips() if c.id == "sas-0880")

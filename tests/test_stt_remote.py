@@ -262,7 +262,7 @@ def test_the_remote_engine_loads_in_process_even_beside_playback(
 def test_a_backchannel_over_the_reply_is_not_sent_to_the_server(
     server: FakeTranscriptionServer,
 ) -> None:
-    from vocal.duplex.handoff import short_words
+    from vocal.duplex.handover import short_words
 
     loader = stt_loader(load_settings(stt_engine="openai", openai_stt_base_url=server.url))
     assert short_words(loader, [], 0.0, 0.5, 0.0, fit=None) is None  # type: ignore[arg-type]

@@ -491,7 +491,7 @@ def small_room(
 ) -> np.ndarray:
     """`reference` through a small fixed room, offline: a direct path (gain 0.5) after
     `delay_s` and a decaying 40 ms tail, the same tail at any delay (an underrun moves the
-    whole path). The echo fit's tests (tests/test_onset.py, tests/test_handoff.py) use it."""
+    whole path). The echo fit's tests (tests/test_onset.py, tests/test_handover.py) use it."""
     rng = np.random.default_rng(3)
     ir = np.zeros(round((delay_s + 0.05) * sample_rate), np.float32)
     start = round(delay_s * sample_rate)

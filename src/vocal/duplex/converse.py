@@ -64,7 +64,7 @@ REVERB_GAP_MS = 200
 OUTPUT_STALL_S = 2.0
 #: Cleaned blocks kept while the reply plays (32 ms each: 5 s), for a late barge-in's onset:
 #: the detector can fire a second after the person began, and the echo-free capture traces
-#: their start up to 2 s further back (vocal.duplex.handoff.near_end_onset_s).
+#: their start up to 2 s further back (vocal.duplex.handover.near_end_onset_s).
 KEEP_BLOCKS = 156
 #: A backchannel's length counts from this long before the deciding run's first chunk (Silero
 #: is sure of a word 1-2 chunks after it starts).
@@ -308,7 +308,7 @@ class _Run:
         from vocal.audio.vad import SileroVad
         from vocal.duplex.bargein.detector import BargeInOptions, barge_in_options
         from vocal.duplex.bargein.room_level import hear_room_first, keep_heard_level
-        from vocal.duplex.handoff import kept_blocks
+        from vocal.duplex.handover import kept_blocks
         from vocal.speaking.output import open_speech_player
         from vocal.speaking.speech import Speech, engine_loader
 
@@ -412,7 +412,7 @@ class _Run:
         if detector is not None and detector.fired is not None and fit is not None:
             return kept_blocks(parts, detector, recent, fit, self._learn_delay), None
         if parts.barge_in and parts.use_aec and not speech.result.stopped:
-            from vocal.duplex.handoff import handover_blocks
+            from vocal.duplex.handover import handover_blocks
 
             handed_over, echo_free, parts.tail_audio = handover_blocks(echo_guard, recent, ended_s)
             self._learn_delay(parts.tail_audio["echo_removed_db"], parts.tail_audio["delay_ms"])
@@ -431,7 +431,7 @@ class _Run:
     def _start_fit(self, onset_s: float) -> OnsetFit:
         """Start fitting the reply's echo before `onset_s` (duplex/echo_free/onset) in a thread."""
         from vocal.duplex.echo_free.onset import OnsetFit
-        from vocal.duplex.handoff import fit_after_s
+        from vocal.duplex.handover import fit_after_s
 
         detector = self.parts.guard.detector
         after_s = fit_after_s(detector, onset_s) if detector is not None else None
@@ -449,7 +449,7 @@ class _Run:
             is_backchannel,
             reply_left_s,
         )
-        from vocal.duplex.handoff import short_words
+        from vocal.duplex.handover import short_words
 
         parts, options = self.parts, BackchannelOptions()
         speech, player, fired = parts.speech, parts.player, detector.fired

@@ -64,7 +64,7 @@ class TurnParts:
     #: A glitch came after the barge-in's onset: the raw capture was not used (handoff).
     onset_glitch: bool = False
     #: How much earlier than the pre-roll the kept audio starts: the echo-free capture showed
-    #: the person began before it (vocal.duplex.handoff.near_end_onset_s), s.
+    #: the person began before it (vocal.duplex.handover.near_end_onset_s), s.
     onset_traced_back_s: float = 0.0
     #: The endpointer's gate by the room's own level (None: not known;
     #: vocal.duplex.bargein.ambient).

@@ -3,7 +3,7 @@
 An output that runs dry for a moment (an underflow: the machine was busy) carries on later, so
 the reply's echo arrives that much later from then on; the room's shape (`EchoPath.h`) stays.
 A fit made before the move leaves the reply's words after it in the "echo-free" capture at
-nearly their full level, which the near-end test takes for a person (vocal.duplex.handoff) and
+nearly their full level, which the near-end test takes for a person (vocal.duplex.handover) and
 the recognizer transcribes. `follow_path` reads, in short windows after the fit, by how much
 the fitted echo must be shifted to explain the raw capture (`shift_in_window`), and turns the
 readings into steps (`PathSteps`), each placed where it explains the capture best.
@@ -38,7 +38,7 @@ APART_MS = 5.0
 #: A reading that explains this much (dB) shows where the echo is for sure: a step is only
 #: taken from such readings. With the shift right: over the reply's words alone 20-65 dB
 #: (hibari's reply through the room harness), 11-20 dB a little after the fit's stretch
-#: (espeak-ng's, narrower band: tests/test_handoff.py); with a person as loud as the echo
+#: (espeak-ng's, narrower band: tests/test_handover.py); with a person as loud as the echo
 #: over it, 3 dB at most (10 dB: 10 dB under it). Where the path moved in a way no shift
 #: follows (the harness stalling), readings of 3-10 dB at scattered shifts.
 FIRM_DB = 10.0

@@ -70,7 +70,7 @@ NEAR_END_RATIO = 10 ** (NEAR_END_ECHO_DB / 10)
 #: What the fit must remove from the reply alone before such a run for it to count, leaving
 #: out the `NEAR_END_RAMP_BLOCKS` just before it: a person's first sound rises over them, under
 #: 8 dB of the raw level yet far over the fit's residual (a soft "seven" 12 dB under it made a
-#: 25 dB fit read 18 dB, and the answer was not heard: tests/test_handoff.py).
+#: 25 dB fit read 18 dB, and the answer was not heard: tests/test_handover.py).
 NEAR_END_FIT_DB = 20.0
 NEAR_END_FIT_RATIO = 10 ** (NEAR_END_FIT_DB / 10)
 NEAR_END_RAMP_BLOCKS = 2

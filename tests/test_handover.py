@@ -1,4 +1,4 @@
-"""What a converse turn hands its listener when the reply ends by itself (vocal.duplex.handoff,
+"""What a converse turn hands its listener when the reply ends by itself (vocal.duplex.handover,
 issue 19's hand-over): where someone is first heard over the reply's last second, and where
 speech the detector saw before the end began; the echo followed where an underrun moved it
 (vocal.duplex.echo_free.echo_follow, issue 36), on speech through a known room and a real recording.
@@ -15,7 +15,7 @@ import pytest
 from harness.room_effects import small_room
 from vocal.audio.devices import Block
 from vocal.duplex.bargein.detector import BargeInDetector, BargeInOptions
-from vocal.duplex.handoff import first_near_end_s, trailing_onset_s
+from vocal.duplex.handover import first_near_end_s, trailing_onset_s
 
 BLOCK = 512
 BLOCK_S = BLOCK / 16_000
@@ -211,7 +211,7 @@ def hand_over(
     from types import SimpleNamespace
 
     from vocal.duplex.echo_free.onset import OnsetTaps
-    from vocal.duplex.handoff import handover_blocks
+    from vocal.duplex.handover import handover_blocks
 
     taps = OnsetTaps(RATE, RATE)
     t0 = 1000.0
@@ -295,7 +295,7 @@ def test_after_a_barge_in_the_fit_starts_after_the_last_glitch_and_none_may_foll
     """A glitch moves the echo path: the fit starts `GLITCH_SETTLE_S` after the last one
     noticed before the onset, and one noticed after the onset rules the raw capture out (it
     left the reply's "forty" and "I also" in two interruptions)."""
-    from vocal.duplex.handoff import GLITCH_SETTLE_S, fit_after_s, kept_after_barge_in
+    from vocal.duplex.handover import GLITCH_SETTLE_S, fit_after_s, kept_after_barge_in
 
     blocks = blocks_of([0.1] * 40)
     fit = Rebuilt(blocks, [0.01] * 40)
@@ -317,7 +317,7 @@ def test_a_person_who_began_under_the_echo_is_kept_from_where_the_echo_free_capt
     """AEC3's suppressor held "he was not" down (0 dB, 1.5 s into the reply) and the detector
     fired on "an ill disposed" 1.4 s later, past the pre-roll: the echo-free capture shows the
     person from their first word, and the kept audio starts there (less its pre-roll)."""
-    from vocal.duplex.handoff import NEAR_END_PRE_ROLL_S, kept_after_barge_in
+    from vocal.duplex.handover import NEAR_END_PRE_ROLL_S, kept_after_barge_in
 
     blocks = blocks_of([0.1] * 80)
     # Echo alone (40 dB removed) to block 30, then a person, a 0.2 s gap in their words
