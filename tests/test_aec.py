@@ -16,7 +16,7 @@ from vocal.audio.wav import resample
 from vocal.duplex.canceller import aec as aec_module
 from vocal.duplex.canceller.aec import AecOptions, EchoCanceller, shared_apm
 from vocal.duplex.canceller.aec_frames import RenderActivity
-from vocal.duplex.erle import convergence_time_s, erle_db, erle_trace_db
+from vocal.duplex.measure.erle import convergence_time_s, erle_db, erle_trace_db
 
 SAMPLE_RATE = 16_000
 

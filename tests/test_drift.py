@@ -20,7 +20,7 @@ from vocal.duplex.echo_forecast import (
     spoken_replies,
 )
 from vocal.duplex.echo_track import DelayTrack
-from vocal.duplex.erle import QUIET_DBFS
+from vocal.duplex.measure.erle import QUIET_DBFS
 
 RATE = 48_000
 

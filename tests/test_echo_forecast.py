@@ -27,7 +27,7 @@ from vocal.duplex.echo_forecast import (
 )
 from vocal.duplex.echo_probe import probe_signal
 from vocal.duplex.echo_track import DelayTrack, follow_delay
-from vocal.duplex.erle import erle_db
+from vocal.duplex.measure.erle import erle_db
 
 SAMPLE_RATE = 16_000
 #: The output's latency in these offline rooms (samples): 70 ms, as the harness measures it.

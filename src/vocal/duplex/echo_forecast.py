@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vocal.duplex.echo_track import DelayTrack, follow_delay
-from vocal.duplex.erle import QUIET_DBFS, active_dbfs_over, erle_db, noise_floor_dbfs
+from vocal.duplex.measure.erle import QUIET_DBFS, active_dbfs_over, erle_db, noise_floor_dbfs
 
 if TYPE_CHECKING:
     from vocal.duplex.canceller.aec import EchoCanceller
@@ -112,7 +112,7 @@ class MeasuredRoom:
 
     def active_dbfs(self) -> float:
         """The level a 100 ms window's echo must reach to be counted over this room's noise,
-        as benchmarks/converse counts it (`vocal.duplex.erle.active_dbfs_over`)."""
+        as benchmarks/converse counts it (`vocal.duplex.measure.erle.active_dbfs_over`)."""
         return active_dbfs_over(noise_floor_dbfs(self.noise, sample_rate=SAMPLE_RATE))
 
 

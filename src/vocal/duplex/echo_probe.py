@@ -11,7 +11,7 @@ stream: `vocal.duplex.wiring.EchoGuard`). From the two streams as the callbacks 
   This is the stream delay AEC3 is told (`EchoCanceller(stream_delay_ms=...)`);
 - **the echo's level** at the microphone (dBFS RMS over the probe) and its gain over the probe;
 - **the reduction**: what the canceller took out of the probe's echo after its first second
-  (ERLE, `vocal.duplex.erle.erle_db`), which is what decides the verdict
+  (ERLE, `vocal.duplex.measure.erle.erle_db`), which is what decides the verdict
   (`vocal.duplex.canceller.profile.verdict_for`);
 - **the reduction on a reply**: what it would take out of spoken replies' echo, forecast from
   the echo path the probe measured and the room's noise heard before it
@@ -296,7 +296,7 @@ def _forecast(room: MeasuredRoom, stream_delay_ms: int) -> Forecast | None:
 def _reduction_db(captured: np.ndarray, cleaned: np.ndarray, first: int) -> float | None:
     """ERLE from sample `first` (the probe's first sound) on, the canceller's first second
     skipped, as the benchmarks measure it; None when nothing reached the microphone."""
-    from vocal.duplex.erle import erle_db
+    from vocal.duplex.measure.erle import erle_db
 
     n = min(captured.shape[0], cleaned.shape[0])
     try:
