@@ -19,7 +19,7 @@ from vocal.duplex.echo_forecast import (
     fresh_canceller,
     spoken_replies,
 )
-from vocal.duplex.echo_track import DelayTrack
+from vocal.duplex.measure.delay_track import DelayTrack
 from vocal.duplex.measure.erle import QUIET_DBFS
 
 RATE = 48_000

@@ -26,7 +26,7 @@ from vocal.duplex.echo_forecast import (
     spoken_replies,
 )
 from vocal.duplex.echo_probe import probe_signal
-from vocal.duplex.echo_track import DelayTrack, follow_delay
+from vocal.duplex.measure.delay_track import DelayTrack, follow_delay
 from vocal.duplex.measure.erle import erle_db
 
 SAMPLE_RATE = 16_000

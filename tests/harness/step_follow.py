@@ -5,11 +5,11 @@ An output that runs dry plays on later than before, and from then on its echo co
 later against what the output callback handed AEC3. Offline, putting the step's gap into
 AEC3's far end as it happens keeps the path still for AEC3 (69.3 against 49.0 dB on the
 drifting room, `--study moves`). `StepFollower` finds the step in the echo itself, as
-`vocal.duplex.echo_track` finds it in the doctor's probe: every `EVERY_S` it cross-correlates
-the last `WINDOW_S` of the microphone with what was played, around the echo's lag; a new lag
-two looks in a row agree on, with the echo clearly there (`MIN_CORRELATION`, `PROMINENCE`),
-is a step, and the far end handed AEC3 is delayed (or advanced) by it. It finds every step,
-and none where a person talks over a still echo, but by the time the echo shows the step,
+`vocal.duplex.measure.delay_track` finds it in the doctor's probe: every `EVERY_S` it
+cross-correlates the last `WINDOW_S` of the microphone with what was played, around the echo's lag;
+a new lag two looks in a row agree on, with the echo clearly there (`MIN_CORRELATION`,
+`PROMINENCE`), is a step, and the far end handed AEC3 is delayed (or advanced) by it. It finds every
+step, and none where a person talks over a still echo, but by the time the echo shows the step,
 AEC3 has seen it too and moved: following it then gains nothing (`--study steps`). Only an
 output that reports its underrun before the echo comes back would let a canceller keep up.
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from vocal.duplex.canceller.aec import EchoCanceller
 from vocal.duplex.echo_free.echo_path import peak_stands_out
-from vocal.duplex.echo_track import peak_between
+from vocal.duplex.measure.delay_track import peak_between
 
 #: The microphone's rate (vocal.duplex.canceller.aec_frames.CAPTURE_SAMPLE_RATE); lags are in
 #: its samples.

@@ -12,8 +12,8 @@ replies, offline, in the callbacks' block sizes and order; its figure is their m
 from 1 s in, counted where the echo stands over the noise, as benchmarks/converse counts it.
 
 A clock that drifts and an output that underruns move the echo's delay during the probe; the
-forecast plays the replies the same way (`vocal.duplex.echo_track`). What it cannot see is a
-loudspeaker's distortion: a linear path does not hold it (`EchoMeasurement.linear_db` says how
+forecast plays the replies the same way (`vocal.duplex.measure.delay_track`). What it cannot see is
+a loudspeaker's distortion: a linear path does not hold it (`EchoMeasurement.linear_db` says how
 much of the echo a linear path explains), and on speech AEC3 removes it anyway (the harness's
 distorting room: 69 dB on replies).
 """
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vocal.duplex.echo_track import DelayTrack, follow_delay
+from vocal.duplex.measure.delay_track import DelayTrack, follow_delay
 from vocal.duplex.measure.erle import QUIET_DBFS, active_dbfs_over, erle_db, noise_floor_dbfs
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ stream: `vocal.duplex.wiring.EchoGuard`). From the two streams as the callbacks 
 - **the linear fit**: how much of the echo a linear path explains (dB). A loudspeaker that
   distorts, or a clock that drifts, leaves more that no linear canceller removes;
 - **the delay's moves** during the probe: the output clock's drift against the input's (ppm)
-  and any step (an underrun), `vocal.duplex.echo_track`; the forecast plays replies so.
+  and any step (an underrun), `vocal.duplex.measure.delay_track`; the forecast plays replies so.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vocal.duplex.canceller.profile import EchoProfile, verdict_for
-from vocal.duplex.echo_track import DelayTrack
+from vocal.duplex.measure.delay_track import DelayTrack
 
 if TYPE_CHECKING:
     from vocal.duplex.echo_forecast import Forecast, MeasuredRoom
@@ -83,7 +83,7 @@ class EchoMeasurement:
     #: reply's (`vocal.duplex.echo_forecast`; None where it could not be forecast).
     reply_reduction_db: float | None = None
     reply_reductions_db: tuple[float | None, ...] = ()
-    #: How the echo's delay moved during the probe (`vocal.duplex.echo_track`): the output
+    #: How the echo's delay moved during the probe (`vocal.duplex.measure.delay_track`): the output
     #: clock's drift against the input's (ppm), and steps (an underrun) as (s in, ms).
     drift_ppm: float = 0.0
     delay_steps: tuple[tuple[float, float], ...] = ()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-#: Half the taps of the windowed-sinc interpolator (this one, and vocal.duplex.echo_track's
+#: Half the taps of the windowed-sinc interpolator (this one, and vocal.duplex.measure.delay_track's
 #: that plays a sound at the probe's fractional delays).
 HALF_TAPS = 12
 #: How far the reference is held back, beyond the interpolator's reach (ms).
