@@ -12,15 +12,15 @@ from harness.room_effects import ROOM_CONDITIONS, impulse_response
 from vocal.audio.wav import resample
 from vocal.duplex.canceller.drift import DRIFT_PPM, DriftCompensator, compensator_for
 from vocal.duplex.canceller.profile import parse_profile
-from vocal.duplex.echo_forecast import (
+from vocal.duplex.measure.delay_track import DelayTrack
+from vocal.duplex.measure.erle import QUIET_DBFS
+from vocal.duplex.measure.forecast import (
     MeasuredRoom,
     _scored,
     feed,
     fresh_canceller,
     spoken_replies,
 )
-from vocal.duplex.measure.delay_track import DelayTrack
-from vocal.duplex.measure.erle import QUIET_DBFS
 
 RATE = 48_000
 

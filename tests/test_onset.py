@@ -233,7 +233,7 @@ def test_a_person_over_a_still_path_does_not_read_as_the_path_moving() -> None:
     from harness.corpus import load_clips
     from harness.room_effects import EchoPath, RoomConfig
     from vocal.audio.wav import read_wav
-    from vocal.duplex.echo_forecast import spoken_replies
+    from vocal.duplex.measure.forecast import spoken_replies
 
     replies, rate = spoken_replies()
     reply = resample(replies[0], rate, RATE)

@@ -11,7 +11,7 @@ from harness.room import Room, without_room_stall
 from harness.runner import start_vocal
 from harness.sounds import espeak
 from vocal.audio.wav import write_wav
-from vocal.duplex.echo_forecast import REPLIES
+from vocal.duplex.measure.forecast import REPLIES
 
 #: Replies for measuring the echo canceller (benchmarks/converse's ERLE part and
 #: benchmarks/aec_warmup): the five `vocal doctor --echo` forecasts its reduction over, so

@@ -15,7 +15,7 @@ stream: `vocal.duplex.wiring.EchoGuard`). From the two streams as the callbacks 
   (`vocal.duplex.canceller.profile.verdict_for`);
 - **the reduction on a reply**: what it would take out of spoken replies' echo, forecast from
   the echo path the probe measured and the room's noise heard before it
-  (`vocal.duplex.echo_forecast`). AEC3 treats speech and noise differently, so this, not the
+  (`vocal.duplex.measure.forecast`). AEC3 treats speech and noise differently, so this, not the
   probe's figure, is what benchmarks/converse's ERLE over replies is to be compared with;
 - **the linear fit**: how much of the echo a linear path explains (dB). A loudspeaker that
   distorts, or a clock that drifts, leaves more that no linear canceller removes;
@@ -36,8 +36,8 @@ from vocal.duplex.canceller.profile import EchoProfile, verdict_for
 from vocal.duplex.measure.delay_track import DelayTrack
 
 if TYPE_CHECKING:
-    from vocal.duplex.echo_forecast import Forecast, MeasuredRoom
     from vocal.duplex.echo_free.onset import AlignedStreams
+    from vocal.duplex.measure.forecast import Forecast, MeasuredRoom
 
 #: The probe's length: AEC3 converges within ~1 s on the design room, and the reduction is
 #: measured after that.
@@ -80,7 +80,7 @@ class EchoMeasurement:
     #: What the canceller took out live, starting cold (no profile: every turn until now).
     cold_reduction_db: float | None = None
     #: What it would take out of spoken replies with this profile: their median and each
-    #: reply's (`vocal.duplex.echo_forecast`; None where it could not be forecast).
+    #: reply's (`vocal.duplex.measure.forecast`; None where it could not be forecast).
     reply_reduction_db: float | None = None
     reply_reductions_db: tuple[float | None, ...] = ()
     #: How the echo's delay moved during the probe (`vocal.duplex.measure.delay_track`): the output
@@ -261,7 +261,7 @@ def _measured(output: str, input: str, recording: Recording) -> EchoMeasurement:
     warm = _reduction_db(*_replayed(recording, round(delay_ms)), first)
     room = None
     if path is not None and rate == CAPTURE_SAMPLE_RATE and shift >= 0:
-        from vocal.duplex.echo_forecast import measure_room
+        from vocal.duplex.measure.forecast import measure_room
 
         room = measure_room(reference, mic, slice(start, stop), shift, recording.noise)
     replies = None if room is None else _forecast(room, round(delay_ms))
@@ -283,7 +283,7 @@ def _measured(output: str, input: str, recording: Recording) -> EchoMeasurement:
 def _forecast(room: MeasuredRoom, stream_delay_ms: int) -> Forecast | None:
     """What the replies would get in `room` from a canceller told `stream_delay_ms`; None
     without the voice to speak them."""
-    from vocal.duplex.echo_forecast import forecast, spoken_replies
+    from vocal.duplex.measure.forecast import forecast, spoken_replies
     from vocal.errors import VocalError
 
     try:

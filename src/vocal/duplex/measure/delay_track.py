@@ -6,7 +6,7 @@ carries on later, so the delay steps. `follow_delay` follows the delay of a prob
 through the probe in overlapping windows (the cross-correlation's peak, to a fraction of a
 sample) and reads the two off it: `DelayTrack`. `DelayTrack.warp` then plays any sound the
 way that output played the probe, from the sound's first sample on, which is what
-`vocal.duplex.echo_forecast` runs replies through.
+`vocal.duplex.measure.forecast` runs replies through.
 """
 
 from __future__ import annotations
