@@ -16,7 +16,6 @@ import pytest
 from harness.room import running_room
 from harness.room_effects import ROOM_CONDITIONS, EchoPath, impulse_response, room_noise
 from harness.runner import run_vocal
-from vocal.duplex.echo_probe import probe_signal
 from vocal.duplex.measure.delay_track import DelayTrack, follow_delay
 from vocal.duplex.measure.erle import erle_db
 from vocal.duplex.measure.forecast import (
@@ -28,6 +27,7 @@ from vocal.duplex.measure.forecast import (
     measure_room,
     spoken_replies,
 )
+from vocal.duplex.measure.probe import probe_signal
 
 SAMPLE_RATE = 16_000
 #: The output's latency in these offline rooms (samples): 70 ms, as the harness measures it.

@@ -30,7 +30,7 @@ from vocal.duplex.canceller.profile import (
     verdict_for,
 )
 from vocal.duplex.echo_free.onset import AlignedStreams
-from vocal.duplex.echo_probe import Recording, _measured, probe_signal
+from vocal.duplex.measure.probe import Recording, _measured, probe_signal
 from vocal.tts import engine_class
 
 SAMPLE_RATE = 16_000

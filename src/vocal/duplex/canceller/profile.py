@@ -7,7 +7,7 @@ AEC3's reach (a 600 ms room) vocal delays the reverse stream by most of it and t
 rest, and the barge-in detector's echo window and tail follow it (`vocal.duplex.canceller.aec`). A
 turn whose echo fit held keeps its delay too (`learn_delay`). `vocal doctor --echo` measures
 the delay, the echo's level at the microphone and what the canceller takes out of it
-(`vocal.duplex.echo_probe`), and keeps them here, one record per (output, input) pair
+(`vocal.duplex.measure.probe`), and keeps them here, one record per (output, input) pair
 (`vocal.audio.endpoints.device_pair`):
 
     <state dir>/echo/<sha256 of the pair, 16 hex>.json

@@ -1,7 +1,7 @@
 """The reply's echo path: a linear filter fitted from the blocks as played to the raw microphone
 (least squares over a stretch of reply, from the strongest cross-correlation on), the echo it
 predicts, and the echo's delay now (GCC-PHAT). An interruption's rebuilt onset
-(vocal.duplex.echo_free.onset) and the doctor's probe (vocal.duplex.echo_probe) both fit it.
+(vocal.duplex.echo_free.onset) and the doctor's probe (vocal.duplex.measure.probe) both fit it.
 """
 
 from __future__ import annotations
