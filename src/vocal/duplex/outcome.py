@@ -61,7 +61,7 @@ class TurnParts:
     echo_free: EchoFreeOnset | None = None
     onset_removed_db: float | None = None
     onset_fit_s: float | None = None
-    #: A glitch came after the barge-in's onset: the raw capture was not used (handoff).
+    #: A glitch came after the barge-in's onset: the raw capture was not used (handover).
     onset_glitch: bool = False
     #: How much earlier than the pre-roll the kept audio starts: the echo-free capture showed
     #: the person began before it (vocal.duplex.handover.near_end_onset_s), s.
