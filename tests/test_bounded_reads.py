@@ -355,9 +355,9 @@ def test_a_wav_fifo_whose_writer_comes_later_is_read(fifo: Path, tmp_path: Path)
     import threading
 
     from harness.sounds import tone
-    from vocal.audio.wav import read_wav, wav_bytes
+    from vocal.audio.wav import Audio, read_wav, wav_bytes
 
-    data = wav_bytes(tone(440, 0.5))
+    data = wav_bytes(Audio(tone(440, 0.5), 16_000))
 
     def write_late() -> None:
         time.sleep(0.3)
@@ -368,4 +368,4 @@ def test_a_wav_fifo_whose_writer_comes_later_is_read(fifo: Path, tmp_path: Path)
     writer.start()
     audio = read_wav(fifo)
     writer.join()
-    assert audio.frames == len(read_wav(data).mono_samples)
+    assert audio.frames == 8_000

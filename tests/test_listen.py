@@ -314,7 +314,8 @@ def test_bad_settings_from_the_environment_are_usage_errors(tmp_path: Path) -> N
     path = wav(tmp_path, join(trimmed(FIRST), silence(1.0)))
     result = run_vocal("listen", "--input", str(path), env={"VOCAL_MAX_SECONDS": "-1"})
     assert result.returncode == 2
-    assert result.stderr.decode().startswith("vocal: error: bad listening setting")
+    # Refused when the settings are read, naming the variable and its range (issue 37).
+    assert result.stderr.decode().startswith("vocal: error: setting 'VOCAL_MAX_SECONDS' must be")
 
 
 @pytest.mark.slow
