@@ -16,7 +16,7 @@ import pytest
 from harness.conch_audio import MonitorRecorder
 from harness.heard import MIN_SCORE, heard_intervals, rendered
 from harness.runner import run_vocal
-from vocal.agents.hooks import spoken_part
+from vocal.agents.reply import spoken_part
 from vocal.speaking.text import MAX_TEXT_CHARS, extract_quotes
 
 SPOKEN = "The review is done and the build is green."

@@ -281,8 +281,9 @@ class DirectoryGroup(ListedGroup):
     """`vocal GROUP`: verbs from the file names in `commands/GROUP/` (plus those of a module
     `commands/GROUP.py`), each imported only when it runs or shows its own help."""
 
-    def __init__(self, *args: Any, source: CommandSource, rules: CommandFilter,
-                 **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self, *args: Any, source: CommandSource, rules: CommandFilter, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.source = source
         self.rules = rules

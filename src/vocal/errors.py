@@ -84,8 +84,11 @@ class Interrupted(VocalError):
 # -- across a pipe: vocal's worker processes (speech synthesis, speech recognition) ------------
 def error_reply(exc: VocalError) -> dict[str, Any]:
     """`exc` as the JSON reply a worker process sends for it (`error_from_reply` reads it)."""
-    return {"message": exc.args[0] if exc.args else str(exc), "hint": exc.hint,
-            "exit_code": exc.exit_code}  # fmt: skip
+    return {
+        "message": exc.args[0] if exc.args else str(exc),
+        "hint": exc.hint,
+        "exit_code": exc.exit_code,
+    }
 
 
 def error_from_reply(reply: dict[str, Any]) -> EngineError:

@@ -71,8 +71,9 @@ def main() -> None:
     if will_speak(argv):  # first: it forks, and a fork must come before any thread
         from vocal.speaking import worker as speech_worker
 
-        speech_worker.start(engine=option_value(argv, "--engine"),
-                            voice=option_value(argv, "--voice"))  # fmt: skip
+        speech_worker.start(
+            engine=option_value(argv, "--engine"), voice=option_value(argv, "--voice")
+        )
         mark("worker_forked")
     if needs_device(argv):
         from vocal.audio import portaudio
@@ -85,5 +86,10 @@ def main() -> None:
 
 
 __all__ = [
-    "DEVICE_COMMANDS", "SPEECH_COMMANDS", "main", "needs_device", "option_value", "will_speak",
-]  # fmt: skip
+    "DEVICE_COMMANDS",
+    "SPEECH_COMMANDS",
+    "main",
+    "needs_device",
+    "option_value",
+    "will_speak",
+]

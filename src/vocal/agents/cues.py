@@ -110,8 +110,13 @@ class CueSettings:
 
     __slots__ = ("home", "session", "output_device", "cue_player")
 
-    def __init__(self, home: str, session: str | None = None, output_device: str | None = None,
-                 cue_player: str = "auto") -> None:  # fmt: skip
+    def __init__(
+        self,
+        home: str,
+        session: str | None = None,
+        output_device: str | None = None,
+        cue_player: str = "auto",
+    ) -> None:
         self.home, self.session = str(home), session
         self.output_device, self.cue_player = output_device, cue_player
 
@@ -121,8 +126,11 @@ class CueSettings:
 
 
 #: CueSettings field -> its environment variable (vocal.config.env_name; a test checks them).
-CUE_ENV = {"session": "VOCAL_SESSION", "output_device": "VOCAL_OUTPUT_DEVICE",
-           "cue_player": "VOCAL_CUE_PLAYER"}  # fmt: skip
+CUE_ENV = {
+    "session": "VOCAL_SESSION",
+    "output_device": "VOCAL_OUTPUT_DEVICE",
+    "cue_player": "VOCAL_CUE_PLAYER",
+}
 
 
 def cue_settings() -> CueSettings:
@@ -136,8 +144,9 @@ def cue_settings() -> CueSettings:
         full = load_settings()
         return CueSettings(str(full.home), full.session, full.output_device, full.cue_player)
     values = {name: os.environ.get(env) or None for name, env in CUE_ENV.items()}
-    return CueSettings(home, values["session"], values["output_device"],
-                       values["cue_player"] or "auto")  # fmt: skip
+    return CueSettings(
+        home, values["session"], values["output_device"], values["cue_player"] or "auto"
+    )
 
 
 def user_font_dir(home: str | Path) -> str:
@@ -202,8 +211,9 @@ def read_pcm(path: str | Path) -> Pcm:
         try:
             with wave.open(str(path), "rb") as wav:
                 if wav.getsampwidth() == 2:
-                    return Pcm(wav.readframes(wav.getnframes()), wav.getframerate(),
-                               wav.getnchannels())  # fmt: skip
+                    return Pcm(
+                        wav.readframes(wav.getnframes()), wav.getframerate(), wav.getnchannels()
+                    )
         except (wave.Error, EOFError):
             pass  # float or 24-bit WAV, WAVE_FORMAT_EXTENSIBLE: libsndfile reads those
     try:
@@ -243,9 +253,12 @@ def play_pcm(pcm: Pcm, device: str | int | None = None) -> None:
     index = resolve_device(device, "output") if device not in (None, "") else None
     try:
         stream = sd.RawOutputStream(
-            samplerate=pcm.sample_rate, channels=pcm.channels, dtype="int16", device=index,
+            samplerate=pcm.sample_rate,
+            channels=pcm.channels,
+            dtype="int16",
+            device=index,
             latency="low",
-        )  # fmt: skip
+        )
         stream.start()
         try:
             stream.write(pcm.frames)

@@ -1,5 +1,5 @@
-"""vocal in an agent's hooks (issue 9): install, remove and inspect our entries, and the adapter
-the reply hook runs.
+"""vocal in an agent's hooks (issue 9): install, remove and inspect our entries in the agent's
+settings file.
 
 Claude Code reads hooks from `~/.claude/settings.json` (scope "user") or `.claude/settings.json`
 in a project (scope "project"): `{"hooks": {EVENT: [{"matcher": ..., "hooks": [{"type":
@@ -7,13 +7,8 @@ in a project (scope "project"): `{"hooks": {EVENT: [{"matcher": ..., "hooks": [{
 (`session_id`, `transcript_path`, `hook_event_name`, and on `Stop` the reply itself as
 `last_assistant_message` in recent versions). Two events map onto what vocal needs:
 
-- `Stop` (the agent finished its reply, which is on screen) runs `vocal hooks reply`: it reads
-  the event, takes the reply's text (from the event, else the transcript's last assistant
-  turn), and hands it to a detached `vocal speak --quotes --message ID --piece 0 --final`
-  scoped to the agent's session, so the agent is not held up while vocal speaks, a newer reply
-  supersedes one still being read, and replies of other sessions take turns through the conch.
-  (Stop carries the whole reply, so it is one piece; agents that show a reply in pieces run
-  `vocal speak --message ID --piece N` per piece themselves.)
+- `Stop` (the agent finished its reply, which is on screen) runs `vocal hooks reply`, which
+  hands the reply to a detached `vocal speak` (the adapter: vocal.agents.reply).
 - `SessionStart` runs `vocal warmup --detach`: every on-disk cache is primed in the background
   so the first reply pays no lazy set-up.
 
@@ -35,15 +30,12 @@ Standard library only.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,7 +43,7 @@ from typing import Any
 
 from vocal.errors import UsageError, VocalError
 from vocal.files.atomic import write_atomic
-from vocal.files.bounded import BoundedReadError, loads_json, read_regular, read_tail
+from vocal.files.bounded import BoundedReadError, loads_json, read_regular
 
 AGENTS = ("claude-code",)
 SCOPES = ("user", "project")
@@ -61,11 +53,8 @@ REPLY_ARGS = "hooks reply"
 WARM_ARGS = "warmup --detach"
 #: Seconds Claude Code gives each hook: both return within a process start (they detach).
 HOOK_TIMEOUT_S = 30
-#: Bounds on what the hooks read (issue 37; the event itself: vocal.agents.hook_event). A
-#: settings file is a few kB. A transcript grows to many MB by right: only its last
-#: TRANSCRIPT_TAIL_BYTES are read, which hold the last turn.
+#: A settings file is a few kB: past this it is refused, not read (issue 37).
 MAX_SETTINGS_BYTES = 4 << 20
-TRANSCRIPT_TAIL_BYTES = 8 << 20
 
 
 def vocal_command() -> str:
@@ -99,8 +88,8 @@ def our_entries(command: str) -> dict[str, list[dict[str, Any]]]:
     """The matcher groups vocal adds, per event."""
 
     def group(args: str) -> dict[str, Any]:
-        return {"hooks": [{"type": "command", "command": f"{command} {args}",
-                           "timeout": HOOK_TIMEOUT_S}]}  # fmt: skip
+        hook = {"type": "command", "command": f"{command} {args}", "timeout": HOOK_TIMEOUT_S}
+        return {"hooks": [hook]}
 
     return {"SessionStart": [group(WARM_ARGS)], "Stop": [group(REPLY_ARGS)]}
 
@@ -280,19 +269,28 @@ class HookReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "agent": self.agent, "scope": self.scope, "path": str(self.path),
-            "action": self.action, "events": self.events,
-            "backup": str(self.backup) if self.backup else None, "command": self.command,
+            "agent": self.agent,
+            "scope": self.scope,
+            "path": str(self.path),
+            "action": self.action,
+            "events": self.events,
+            "backup": str(self.backup) if self.backup else None,
+            "command": self.command,
             "note": self.note,
-        }  # fmt: skip
+        }
 
 
 def backup_path(path: Path) -> Path:
     return path.with_name(path.name + BACKUP_SUFFIX)
 
 
-def install(scope: str = "user", *, agent: str = "claude-code", project_dir: Path | None = None,
-            command: str | None = None) -> HookReport:  # fmt: skip
+def install(
+    scope: str = "user",
+    *,
+    agent: str = "claude-code",
+    project_dir: Path | None = None,
+    command: str | None = None,
+) -> HookReport:
     """Add our hook entries to the agent's settings (idempotent; the original is backed up)."""
     path, raw, events = _current(scope, agent, project_dir)
     target = dangling_link(path)
@@ -311,12 +309,13 @@ def install(scope: str = "user", *, agent: str = "claude-code", project_dir: Pat
     else:
         backup.unlink(missing_ok=True)  # none: remove deletes the file it created
     _write(path, new)
-    return HookReport(agent, scope, path, "installed", _installed(new, path),
-                      backup if raw is not None else None, command)  # fmt: skip
+    kept = backup if raw is not None else None
+    return HookReport(agent, scope, path, "installed", _installed(new, path), kept, command)
 
 
-def remove(scope: str = "user", *, agent: str = "claude-code",
-           project_dir: Path | None = None) -> HookReport:  # fmt: skip
+def remove(
+    scope: str = "user", *, agent: str = "claude-code", project_dir: Path | None = None
+) -> HookReport:
     """Take our entries out: the original bytes come back when nothing else changed since."""
     path, raw, events = _current(scope, agent, project_dir)
     backup = backup_path(path)
@@ -347,147 +346,29 @@ def remove(scope: str = "user", *, agent: str = "claude-code",
     return HookReport(agent, scope, path, "removed", events, None, command)
 
 
-def status(scope: str = "user", *, agent: str = "claude-code",
-           project_dir: Path | None = None) -> HookReport:  # fmt: skip
+def status(
+    scope: str = "user", *, agent: str = "claude-code", project_dir: Path | None = None
+) -> HookReport:
     """Whether our entries are in the agent's settings for `scope`."""
     path, raw, events = _current(scope, agent, project_dir)
     backup = backup_path(path)
-    return HookReport(agent, scope, path, "installed" if events else "absent", events,
-                      backup if backup.exists() else None,
-                      _our_command(raw, path) if raw and events else None)  # fmt: skip
-
-
-# -- the reply adapter --------------------------------------------------------------------------
-@dataclass
-class Reply:
-    """A reply taken from a hook event: its text, the agent's session, and a message id."""
-
-    text: str
-    session: str | None
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "session": self.session, "message": self.message}
-
-
-def _safe(name: str) -> str:
-    cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", name).strip(".-")[:48]
-    return cleaned or "x"
-
-
-def reply_from_event(event: Any) -> Reply | None:
-    """The reply a `Stop` event is about (None when there is no text)."""
-    if not isinstance(event, dict):
-        raise UsageError("the hook input is not a JSON object")
-    session = event.get("session_id") if isinstance(event.get("session_id"), str) else None
-    text = event.get("last_assistant_message")
-    if not isinstance(text, str) or not text.strip():
-        path = event.get("transcript_path")
-        text = last_assistant_text(Path(path).expanduser()) if isinstance(path, str) else ""
-    if not text.strip():
-        return None
-    prompt = event.get("prompt_id")
-    if isinstance(prompt, str) and prompt:
-        digest = hashlib.sha256(f"{session}\n{text}".encode()).hexdigest()[:8]
-        message = _safe(f"{prompt}-{digest}")
-    else:  # the same words may be said again later: the time keeps the two replies apart
-        seed = f"{session}\n{time.time_ns()}\n{text}"
-        message = hashlib.sha256(seed.encode()).hexdigest()[:16]
-    return Reply(text, f"claude-{_safe(session)}" if session else None, message)
-
-
-def last_assistant_text(transcript: Path) -> str:
-    """The text of the assistant's last turn in a Claude Code transcript (JSONL): its text
-    blocks after the last user message, joined by blank lines."""
-    texts: list[str] = []
-    try:  # its end only: a FIFO or a device is refused, a 10 GB log costs 8 MB (issue 37)
-        tail = read_tail(transcript, max_bytes=TRANSCRIPT_TAIL_BYTES, what="transcript_path")
-    except BoundedReadError as exc:
-        raise UsageError(str(exc)) from None
-    except OSError:
-        return ""
-    for line in tail.decode("utf-8", errors="replace").splitlines():
-        try:
-            entry = loads_json(line)
-        except ValueError:  # not JSON, or nested too deep (BoundedReadError)
-            continue
-        if not isinstance(entry, dict):
-            continue
-        message = entry.get("message")
-        if not isinstance(message, dict):
-            message = {}
-        role = message.get("role") or entry.get("type")
-        content = message.get("content")
-        if role == "user":
-            # Tool results come back as user messages: they do not start a new turn.
-            blocks = content if isinstance(content, list) else []
-            if not blocks or any(isinstance(b, dict) and b.get("type") == "text" for b in blocks):
-                texts = []
-            continue
-        if role != "assistant":
-            continue
-        if isinstance(content, str):
-            texts.append(content)
-        elif isinstance(content, list):
-            texts += [b["text"] for b in content if isinstance(b, dict)
-                      and b.get("type") == "text" and isinstance(b.get("text"), str)]  # fmt: skip
-    return "\n\n".join(t.strip() for t in texts if t.strip())
-
-
-def spoken_part(text: str) -> str:
-    """What `vocal speak --quotes` would speak of a reply: its blockquote paragraphs, each
-    written again as one quoted paragraph (`extract_quotes` reads them back unchanged).
-
-    The speech's length limit (vocal.speaking.text.MAX_TEXT_CHARS) is meant for what is
-    spoken: given the whole reply, it refused a review of 40,000 characters whose one spoken
-    line was short, so nothing was said (issue 37). The reply scanned here is bounded already:
-    an event of at most MAX_HOOK_INPUT_BYTES, or a transcript's last TRANSCRIPT_TAIL_BYTES.
-    """
-    from vocal.speaking.text import extract_quotes
-
-    return "\n\n".join(f"> {quote}" for quote in extract_quotes(text))
-
-
-def speak_reply_detached(reply: Reply, log_path: Path, *, extra_args: list[str] | None = None,
-                         wait: bool = False) -> subprocess.Popen:  # fmt: skip
-    """Start `vocal speak --quotes --message ID --piece 0 --final -` for `reply` in its own
-    session (it outlives the hook), with the reply's spoken part (`spoken_part`) on its stdin
-    and its stderr in `log_path`."""
-    args = [sys.executable, "-m", "vocal", "speak", "--quotes", "--message", reply.message,
-            "--piece", "0", "--final", *(extra_args or [])]  # fmt: skip
-    if reply.session:
-        args += ["--session", reply.session]
-    args.append("-")
-    from vocal.floor.statedir import ensure_private_dir
-
-    ensure_private_dir(log_path.parent)  # vocal's logs: 0700 (issue 37)
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE if wait else subprocess.DEVNULL,
-            stderr=log, start_new_session=not wait, close_fds=True,
-        )  # fmt: skip
-    assert proc.stdin is not None
-    proc.stdin.write(spoken_part(reply.text).encode("utf-8"))
-    proc.stdin.close()
-    return proc
+    action = "installed" if events else "absent"
+    kept = backup if backup.exists() else None
+    command = _our_command(raw, path) if raw and events else None
+    return HookReport(agent, scope, path, action, events, kept, command)
 
 
 __all__ = [
     "AGENTS",
     "SCOPES",
     "HookReport",
-    "Reply",
     "backup_path",
     "dangling_link",
     "install",
     "is_ours",
-    "last_assistant_text",
     "our_entries",
     "remove",
-    "reply_from_event",
     "settings_path",
-    "speak_reply_detached",
-    "spoken_part",
     "status",
     "vocal_command",
 ]

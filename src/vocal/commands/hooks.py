@@ -99,7 +99,7 @@ def reply(
 
     from vocal.agents.cues import hook_exit_code
     from vocal.agents.hook_event import read_hook_event
-    from vocal.agents.hooks import reply_from_event, speak_reply_detached
+    from vocal.agents.reply import reply_from_event, speak_reply_detached
     from vocal.config import load_settings
     from vocal.errors import VocalError
 
@@ -115,8 +115,9 @@ def reply(
     if found is None:
         return
     settings = load_settings()
-    proc = speak_reply_detached(found, settings.log_dir / "hooks.log",
-                                extra_args=["--json"] if wait else None, wait=wait)  # fmt: skip
+    proc = speak_reply_detached(
+        found, settings.log_dir / "hooks.log", extra_args=["--json"] if wait else None, wait=wait
+    )
     if wait:
         assert proc.stdout is not None
         out = proc.stdout.read()  # stdin is closed already: not communicate()

@@ -53,8 +53,9 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vocal.errors import Interrupted, UsageError
 from vocal.floor.conch_hold import ConchHold
@@ -83,8 +84,29 @@ from vocal.floor.statefiles import (
     write_json,
 )
 
-if TYPE_CHECKING:
-    pass
+
+@dataclass(frozen=True)
+class _Request:
+    """One call for the floor, as `Conch.acquire` was asked it (see its Args)."""
+
+    session: str
+    agent: str | None
+    voice: str | None
+    mode: str
+    timeout_s: float | None
+    keep_place: bool
+    remote: bool
+    cancel: threading.Event | None
+    on_wait: Callable[[int, Holder | None], None] | None
+    #: This process, and the one the hold names (None: it outlives this process, `detached`).
+    pid: int
+    holder_pid: int | None
+    #: time.monotonic() when asked; `timeout_s` runs from here.
+    started: float
+
+    @property
+    def deadline(self) -> float | None:
+        return None if self.timeout_s is None else self.started + self.timeout_s
 
 
 class Conch(ConchHold):
@@ -123,10 +145,24 @@ class Conch(ConchHold):
         Raises:
             ConchBusy (exit 3): not granted in time, or busy in callback mode.
         """
-        held = self._acquire(session=session, agent=agent, voice=voice, mode=mode,
-                             timeout_s=timeout_s, keep_place=keep_place,
-                             detached=detached or remote, remote=remote, cancel=cancel,
-                             on_wait=on_wait)  # fmt: skip
+        if mode not in MODES:
+            raise UsageError(f"conch mode must be one of {', '.join(MODES)}, got {mode!r}")
+        pid = os.getpid()
+        request = _Request(
+            session=session or default_session(pid),
+            agent=agent,
+            voice=voice,
+            mode=mode,
+            timeout_s=timeout_s,
+            keep_place=keep_place,
+            remote=remote,
+            cancel=cancel,
+            on_wait=on_wait,
+            pid=pid,
+            holder_pid=None if detached or remote else pid,
+            started=time.monotonic(),
+        )
+        held = self._acquire(request)
         if not held.reentrant:
             # No lock here: a malformed file is left for the next bump to replace.
             quiet = read_record(self._quiet_path, parse_quiet, quarantine_bad=False)
@@ -134,103 +170,84 @@ class Conch(ConchHold):
                 time.sleep(min(BUMP_SETTLE_S, max(0.0, quiet - time.time())))
         return held
 
-    def _acquire(
-        self,
-        *,
-        session: str | None,
-        agent: str | None,
-        voice: str | None,
-        mode: str,
-        timeout_s: float | None,
-        keep_place: bool,
-        detached: bool,
-        remote: bool,
-        cancel: threading.Event | None,
-        on_wait: Callable[[int, Holder | None], None] | None,
-    ) -> Held:
-        if mode not in MODES:
-            raise UsageError(f"conch mode must be one of {', '.join(MODES)}, got {mode!r}")
-        pid = os.getpid()
-        session = session or default_session(pid)
-        holder_pid = None if detached else pid
-        started = time.monotonic()
-        deadline = None if timeout_s is None else started + timeout_s
+    def _acquire(self, request: _Request) -> Held:
         while True:
             with self._lock() as lock_fd:
                 now = time.time()
                 state = self._tidy(now)
-                held = self._reenter(state.holder, session, pid, remote=remote, now=now)
+                held = self._reenter(state.holder, request, now)
                 if held is not None:
                     return held
-                if not self._session_speaking(state.holder, session):
-                    entered = self._enter(lock_fd, state, now, session=session, agent=agent,
-                                          voice=voice, mode=mode, keep_place=keep_place,
-                                          remote=remote, pid=pid,
-                                          holder_pid=holder_pid)  # fmt: skip
+                if not self._session_speaking(state.holder, request.session):
+                    entered = self._enter(lock_fd, state, request, now)
                     if isinstance(entered, Held):
                         return entered
                     mine, wake = entered
                     break
             # Another process of this session speaks under the floor the session holds (`vocal
             # conch wait`): this one waits for it to finish, so they never talk at once.
-            self._wait_for_speaker(state.holder, mode=mode, deadline=deadline,
-                                   timeout_s=timeout_s, cancel=cancel,
-                                   on_wait=on_wait)  # fmt: skip
+            self._wait_for_speaker(state.holder, request)
         try:
-            return self._wait(mine, wake, agent=agent, voice=voice, holder_pid=holder_pid,
-                              started=started, timeout_s=timeout_s, remote=remote,
-                              cancel=cancel, on_wait=on_wait)  # fmt: skip
+            return self._wait(mine, wake, request)
         finally:
             if wake is not None:
                 wake.close()
 
+    def _hold(
+        self, request: _Request, seq: int, now: float, *, position: int, waited: bool = False
+    ) -> Held:
+        """Under the lock: make `request` the holder, as the caller that arrived as `seq` at
+        `position` in the queue; `waited`: it queued, for as long as since it asked."""
+        holder = self._take(
+            seq=seq,
+            session=request.session,
+            agent=request.agent,
+            voice=request.voice,
+            pid=request.holder_pid,
+            now=now,
+        )
+        return Held(
+            holder.token,
+            holder.seq,
+            request.session,
+            time.monotonic() - request.started if waited else 0.0,
+            position_on_arrival=position,
+            expires_at=holder.expires_at,
+        )
+
     def _enter(
-        self,
-        lock_fd: int,
-        state: ConchState,
-        now: float,
-        *,
-        session: str,
-        agent: str | None,
-        voice: str | None,
-        mode: str,
-        keep_place: bool,
-        remote: bool,
-        pid: int,
-        holder_pid: int | None,
+        self, lock_fd: int, state: ConchState, request: _Request, now: float
     ) -> Held | tuple[Waiter, socket.socket | None]:
         """Under the lock: take a free floor (or the grant our kept place has), or join the
         queue. Returns the hold, or our place and its wake socket to wait on; raises ConchBusy
         in callback mode."""
+        session, agent, voice = request.session, request.agent, request.voice
         # A place this session kept in callback mode is adopted, not duplicated.
         mine = next((w for w in state.waiters if w.session == session and w.pid is None), None)
         if mine is not None and state.grant is not None and state.grant.seq == mine.seq:
-            holder = self._take(seq=mine.seq, session=session, agent=agent, voice=voice,
-                                pid=holder_pid, now=now)  # fmt: skip
-            return Held(holder.token, holder.seq, session, 0.0, position_on_arrival=1,
-                        expires_at=holder.expires_at)  # fmt: skip
+            return self._hold(request, mine.seq, now, position=1)
         if state.holder is None and state.grant is None and not state.waiters:
-            holder = self._take(seq=self._next_seq(lock_fd, state), session=session,
-                                agent=agent, voice=voice, pid=holder_pid, now=now)  # fmt: skip
-            return Held(holder.token, holder.seq, session, 0.0, expires_at=holder.expires_at)
-        if mode == "callback":
+            seq = self._next_seq(lock_fd, state)
+            return self._hold(request, seq, now, position=0)
+        if request.mode == "callback":
             position = None
-            if keep_place:
+            if request.keep_place:
                 if mine is None:
-                    mine = Waiter(self._next_seq(lock_fd, state), session, agent, voice, None,
-                                  None, HOST, now, now, 0.0)  # fmt: skip
+                    seq = self._next_seq(lock_fd, state)
+                    mine = Waiter(seq, session, agent, voice, None, None, HOST, now, now, 0.0)
                     mine.order = float(mine.seq)
                     state.waiters.append(mine)
                 mine.heartbeat_at = now
                 self._write_waiter(mine)
                 position = next(i for i, w in enumerate(state.waiters, 1) if w is mine)
-            raise _busy(state, position, session, remote=remote)
+            raise _busy(state, position, session, remote=request.remote)
         # Wait mode: join the queue (or adopt our kept place) with a wake socket. A remote
         # waiter's place stays without a process: it outlives this call.
+        pid = request.pid
         if mine is None:
             seq = self._next_seq(lock_fd, state)
             mine = Waiter(seq, session, agent, voice, pid, None, HOST, now, now, float(seq))
-        if remote:
+        if request.remote:
             mine.pid, mine.pid_start, mine.heartbeat_at = None, None, now
         else:
             mine.pid, mine.pid_start = pid, process_start(pid)
@@ -240,18 +257,19 @@ class Conch(ConchHold):
         self._tidy(now)  # a free floor (holder died, queue empty ahead) goes to the head now
         return mine, wake
 
-    def _reenter(self, holder: Holder | None, session: str, pid: int, *, remote: bool,
-                 now: float) -> Held | None:  # fmt: skip
-        """Under the lock: the hold `session` already has, if this process may speak under it.
+    def _reenter(self, holder: Holder | None, request: _Request, now: float) -> Held | None:
+        """Under the lock: the hold `request.session` already has, if this process may speak
+        under it.
 
         A session holding the floor between commands (pid None) lets its own commands speak,
         one process at a time: the one speaking is written into the record, and another waits
         for it (`_session_speaking`). Another live process of a session whose floor is held by
         a process still queues, so two never talk at once.
         """
+        session, pid = request.session, request.pid
         if holder is None or holder.session != session or holder.pid not in (None, pid):
             return None
-        if remote:  # a remote holder calling again renews its hold; it does not speak itself
+        if request.remote:  # a remote holder calling again renews its hold; it does not speak
             expires_at = self._renew_holder(holder, now)
         elif holder.pid is None:
             if self._session_speaking(holder, session):
@@ -275,42 +293,36 @@ class Conch(ConchHold):
             and pid_alive(holder.speaker_pid, holder.speaker_start)
         )
 
-    def _wait_for_speaker(
-        self,
-        speaker: Holder | None,
-        *,
-        mode: str,
-        deadline: float | None,
-        timeout_s: float | None,
-        cancel: threading.Event | None,
-        on_wait: Callable[[int, Holder | None], None] | None,
-    ) -> None:
+    def _wait_for_speaker(self, speaker: Holder | None, request: _Request) -> None:
         """One tick of waiting for the session's own speaking process; raises ConchBusy in
         callback mode or past the deadline, ConchCancelled when cancelled."""
         session, speaker_pid = (speaker.session, speaker.speaker_pid) if speaker else ("?", "?")
         where = f"session {session} is speaking in process {speaker_pid}"
-        if mode == "callback":
-            raise ConchBusy(f"the floor is in use: {where}", position=None, holder=speaker,
-                            hint="call again when it has finished")  # fmt: skip
+        if request.mode == "callback":
+            raise ConchBusy(
+                f"the floor is in use: {where}",
+                position=None,
+                holder=speaker,
+                hint="call again when it has finished",
+            )
+        deadline = request.deadline
         if deadline is not None and time.monotonic() >= deadline:
             raise ConchBusy(
-                f"the floor was not free within {timeout_s:g} s: {where}",
+                f"the floor was not free within {request.timeout_s:g} s: {where}",
                 position=None,
                 holder=speaker,
                 hint="raise VOCAL_CONCH_TIMEOUT, or see `vocal conch status`",
             )
-        if cancel is not None and cancel.is_set():
+        if request.cancel is not None and request.cancel.is_set():
             raise ConchCancelled()
-        if on_wait is not None:
-            on_wait(1, speaker)
+        if request.on_wait is not None:
+            request.on_wait(1, speaker)
         remaining = None if deadline is None else deadline - time.monotonic()
         time.sleep(HEAD_TICK_S if remaining is None else max(0.0, min(HEAD_TICK_S, remaining)))
 
-    def _wait(self, mine: Waiter, wake: socket.socket | None, *, agent: str | None,
-              voice: str | None, holder_pid: int | None, started: float,
-              timeout_s: float | None, remote: bool, cancel: threading.Event | None,
-              on_wait: Callable[[int, Holder | None], None] | None) -> Held:  # fmt: skip
-        deadline = None if timeout_s is None else started + timeout_s
+    def _wait(self, mine: Waiter, wake: socket.socket | None, request: _Request) -> Held:
+        remote, cancel, on_wait = request.remote, request.cancel, request.on_wait
+        deadline = request.deadline
         last_position = None
         taken = False
         set_aside: set[str] = set()  # our records quarantined so far (each heals once)
@@ -322,13 +334,10 @@ class Conch(ConchHold):
                     now = time.time()
                     state = self._tidy(now)
                     if state.grant is not None and state.grant.seq == mine.seq:
-                        holder = self._take(seq=mine.seq, session=mine.session, agent=agent,
-                                            voice=voice, pid=holder_pid, now=now)  # fmt: skip
+                        place = last_position or 1
+                        held = self._hold(request, mine.seq, now, position=place, waited=True)
                         taken = True
-                        return Held(holder.token, holder.seq, mine.session,
-                                    time.monotonic() - started,
-                                    position_on_arrival=last_position or 1,
-                                    expires_at=holder.expires_at)  # fmt: skip
+                        return held
                     found = next(
                         ((i, w) for i, w in enumerate(state.waiters, 1) if w.seq == mine.seq),
                         None,
@@ -341,8 +350,10 @@ class Conch(ConchHold):
                         self._write_waiter(mine)
                         continue
                     if found is None:
-                        raise ConchBusy("this waiter was removed from the conch queue "
-                                        "(vocal conch leave)", position=None)  # fmt: skip
+                        raise ConchBusy(
+                            "this waiter was removed from the conch queue (vocal conch leave)",
+                            position=None,
+                        )
                     position, me = found
                     if remote and now - me.heartbeat_at >= refresh_s:
                         me.heartbeat_at = now
@@ -354,8 +365,9 @@ class Conch(ConchHold):
                 remaining = None if deadline is None else deadline - time.monotonic()
                 if remaining is not None and remaining <= 0:
                     taken = remote  # a remote waiter keeps its place for its next call
-                    raise _busy(state, position, mine.session, timeout_s=timeout_s,
-                                remote=remote)  # fmt: skip
+                    raise _busy(
+                        state, position, mine.session, timeout_s=request.timeout_s, remote=remote
+                    )
                 if cancel is not None and cancel.is_set():
                     raise ConchCancelled()
                 tick = HEAD_TICK_S if position == 1 or wake is None else TICK_S
@@ -394,13 +406,22 @@ class Conch(ConchHold):
         """
         started = time.monotonic()
         try:
-            held = self.acquire(session=session, agent=agent, voice=voice,
-                                mode="wait" if timeout_s > 0 else "callback", timeout_s=timeout_s,
-                                keep_place=True, remote=True, cancel=cancel)  # fmt: skip
+            held = self.acquire(
+                session=session,
+                agent=agent,
+                voice=voice,
+                mode="wait" if timeout_s > 0 else "callback",
+                timeout_s=timeout_s,
+                keep_place=True,
+                remote=True,
+                cancel=cancel,
+            )
         except ConchBusy as busy:
-            state = self.status()
-            return RemoteWait(session, False, time.monotonic() - started, busy.position,
-                              len(state.waiters), busy.holder, message=str(busy))  # fmt: skip
+            queued = len(self.status().waiters)
+            waited_s = time.monotonic() - started
+            return RemoteWait(
+                session, False, waited_s, busy.position, queued, busy.holder, message=str(busy)
+            )
         except (Interrupted, KeyboardInterrupt):
             # Killed while it waited: the place goes back, also when the signal came before
             # the wait proper had begun (`_wait` withdraws its own).
@@ -416,8 +437,13 @@ class Conch(ConchHold):
             return self._tidy(time.time())
 
 
-def _busy(state: ConchState, position: int | None, session: str,
-          timeout_s: float | None = None, remote: bool = False) -> ConchBusy:  # fmt: skip
+def _busy(
+    state: ConchState,
+    position: int | None,
+    session: str,
+    timeout_s: float | None = None,
+    remote: bool = False,
+) -> ConchBusy:
     holder = state.holder
     who = "nobody (handing over)"
     if holder is not None:

@@ -107,8 +107,13 @@ class ConchFiles:
         A holder whose record was garbled may still be talking until its watcher notices (it
         reads no token there): the next speaker pauses as after a bump, so the two never
         overlap."""
-        return read_record(self._holder_path, parse_holder, log_dir=self.log_dir,
-                           quarantine_bad=locked, on_bad=self._settle)  # fmt: skip
+        return read_record(
+            self._holder_path,
+            parse_holder,
+            log_dir=self.log_dir,
+            quarantine_bad=locked,
+            on_bad=self._settle,
+        )
 
     def _settle(self, _reason: str = "") -> None:
         """Under the lock: make the next speaker wait BUMP_SETTLE_S (see `acquire`)."""
@@ -126,8 +131,9 @@ class ConchFiles:
         for name in names:
             if name.endswith(".json") and not name.startswith("."):
                 seq = int(name[:-5]) if name[:-5].isdigit() else -1  # -1: never a valid seq
-                waiter = read_record(self.queue_dir / name, partial(parse_waiter, seq=seq),
-                                     log_dir=self.log_dir)  # fmt: skip
+                waiter = read_record(
+                    self.queue_dir / name, partial(parse_waiter, seq=seq), log_dir=self.log_dir
+                )
                 if waiter is not None:
                     waiters.append(waiter)
         waiters.sort(key=lambda w: (w.order, w.seq))
@@ -252,8 +258,16 @@ class ConchFiles:
         except OSError:
             pass  # the waiter is gone or its buffer is full: its own tick finds the grant
 
-    def _take(self, *, seq: int, session: str, agent: str | None, voice: str | None,
-              pid: int | None, now: float) -> Holder:  # fmt: skip
+    def _take(
+        self,
+        *,
+        seq: int,
+        session: str,
+        agent: str | None,
+        voice: str | None,
+        pid: int | None,
+        now: float,
+    ) -> Holder:
         holder = Holder(
             token=os.urandom(8).hex(),  # not `secrets`: its import (hmac, OpenSSL) costs ~10 ms
             seq=seq,

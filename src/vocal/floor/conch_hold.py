@@ -9,24 +9,11 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from vocal.errors import UsageError
 from vocal.floor.conch_files import ConchFiles
-from vocal.floor.conch_records import (
-    BUMP_SETTLE_S,
-    ConchState,
-    Held,
-    Holder,
-    Waiter,
-)
-from vocal.floor.statefiles import (
-    unlink,
-    write_json,
-)
-
-if TYPE_CHECKING:
-    pass
+from vocal.floor.conch_records import BUMP_SETTLE_S, ConchState, Held, Holder, Waiter
+from vocal.floor.statefiles import unlink, write_json
 
 
 class ConchHold(ConchFiles):
@@ -193,8 +180,15 @@ class HoldWatcher:
     process was frozen (SIGSTOP) and has not yet looked.
     """
 
-    def __init__(self, conch: ConchHold, held: Held, on_lost: Callable[[], None], *,
-                 poll_s: float = 0.05, renew_s: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        conch: ConchHold,
+        held: Held,
+        on_lost: Callable[[], None],
+        *,
+        poll_s: float = 0.05,
+        renew_s: float | None = None,
+    ) -> None:
         self.conch = conch
         self.token = held.token
         self.reentrant = held.reentrant

@@ -7,19 +7,10 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vocal.errors import ConchTimeout
-from vocal.floor.statefiles import (
-    HOST,
-    BadRecord,
-    finite,
-    record_from,
-)
-
-if TYPE_CHECKING:
-    pass
-
+from vocal.floor.statefiles import HOST, BadRecord, finite, record_from
 
 MODES = ("wait", "callback")
 #: How long a woken local waiter has to take its grant. It is woken at once and needs a few
@@ -54,8 +45,14 @@ class ConchBusy(ConchTimeout):
     `holder` who holds the floor then (None while it is being handed over).
     """
 
-    def __init__(self, message: str, *, position: int | None, hint: str | None = None,
-                 holder: Holder | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        message: str,
+        *,
+        position: int | None,
+        hint: str | None = None,
+        holder: Holder | None = None,
+    ) -> None:
         super().__init__(message, hint=hint)
         self.position = position
         self.holder = holder
@@ -97,10 +94,18 @@ class Holder:
 
 def parse_holder(data: Any) -> Holder:
     """A `Holder` from the JSON of holder.json; raises BadRecord if any field is wrong."""
-    holder = record_from(Holder, data, {"seq": _SEQ_RANGE, "pid": _PID_RANGE,
-                                        "pid_start": _TICKS_RANGE, "speaker_pid": _PID_RANGE,
-                                        "speaker_start": _TICKS_RANGE,
-                                        "expiry_s": (0.0, MAX_LOCK_EXPIRY_S)})  # fmt: skip
+    holder = record_from(
+        Holder,
+        data,
+        {
+            "seq": _SEQ_RANGE,
+            "pid": _PID_RANGE,
+            "pid_start": _TICKS_RANGE,
+            "speaker_pid": _PID_RANGE,
+            "speaker_start": _TICKS_RANGE,
+            "expiry_s": (0.0, MAX_LOCK_EXPIRY_S),
+        },
+    )
     if not holder.token:
         raise BadRecord("holder: empty token")
     return holder
@@ -132,8 +137,9 @@ class Waiter:
 def parse_waiter(data: Any, seq: int | None = None) -> Waiter:
     """A `Waiter` from the JSON of queue/N.json (N = `seq`, which the record must repeat: the
     file is removed by that number); raises BadRecord if any field is wrong."""
-    waiter = record_from(Waiter, data, {"seq": _SEQ_RANGE, "pid": _PID_RANGE,
-                                        "pid_start": _TICKS_RANGE})  # fmt: skip
+    waiter = record_from(
+        Waiter, data, {"seq": _SEQ_RANGE, "pid": _PID_RANGE, "pid_start": _TICKS_RANGE}
+    )
     if seq is not None and waiter.seq != seq:
         raise BadRecord(f"waiter: seq {waiter.seq} in the file of waiter {seq}")
     return waiter

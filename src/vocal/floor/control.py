@@ -129,9 +129,16 @@ class ControlServer:
     merged into `{"ok": true, "cmd": cmd}`; an exception becomes an error line.
     """
 
-    def __init__(self, run_dir: Path, handler: Handler, *, info: dict[str, Any] | None = None,
-                 max_line_bytes: int = MAX_LINE_BYTES, idle_timeout_s: float = IDLE_TIMEOUT_S,
-                 max_clients: int = MAX_CLIENTS) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run_dir: Path,
+        handler: Handler,
+        *,
+        info: dict[str, Any] | None = None,
+        max_line_bytes: int = MAX_LINE_BYTES,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+        max_clients: int = MAX_CLIENTS,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.handler = handler
         self.info = dict(info or {})
@@ -172,9 +179,14 @@ class ControlServer:
         self._wake_r, self._wake_w = os.pipe()
         write_json(
             self.info_path,
-            {"pid": self.pid, "pid_start": process_start(self.pid),
-             "socket": self.socket_path.name, "started_at": time.time(), **self.info},
-        )  # fmt: skip
+            {
+                "pid": self.pid,
+                "pid_start": process_start(self.pid),
+                "socket": self.socket_path.name,
+                "started_at": time.time(),
+                **self.info,
+            },
+        )
         self._thread = threading.Thread(target=self._accept_loop, name="control", daemon=True)
         self._thread.start()
         return self
@@ -232,8 +244,9 @@ class ControlServer:
                 _send(conn, {"ok": False, "error": "busy: too many control clients"})
                 _close(conn, drain=False)  # no lingering here: this thread must keep accepting
                 continue
-            threading.Thread(target=self._serve, args=(conn,), name="control-conn",
-                             daemon=True).start()  # fmt: skip
+            threading.Thread(
+                target=self._serve, args=(conn,), name="control-conn", daemon=True
+            ).start()
 
     def _serve(self, conn: socket.socket) -> None:
         try:
@@ -247,6 +260,7 @@ class ControlServer:
                 self.refused += 1
                 _send(conn, {"ok": False, "error": f"refused: peer uid {uid} is not ours"})
                 return
+            too_long = {"ok": False, "error": f"line longer than {self.max_line_bytes} bytes"}
             buffer = b""
             # Each line must be complete within idle_timeout_s of the previous answer, so a
             # client trickling a byte at a time cannot hold a connection for ever.
@@ -255,17 +269,14 @@ class ControlServer:
                 newline = buffer.find(b"\n")
                 if newline < 0:
                     if len(buffer) > self.max_line_bytes:
-                        _send(
-                            conn,
-                            {"ok": False, "error": f"line longer than {self.max_line_bytes} bytes"},
-                        )
-                        return  # fmt: skip
+                        _send(conn, too_long)
+                        return
                     try:
                         conn.settimeout(max(0.001, deadline - time.monotonic()))
                         chunk = conn.recv(65536)
                     except TimeoutError:
-                        _send(conn, {"ok": False, "error": "timeout: no complete command "
-                                     f"within {self.idle_timeout_s:g} s"})  # fmt: skip
+                        error = f"timeout: no complete command within {self.idle_timeout_s:g} s"
+                        _send(conn, {"ok": False, "error": error})
                         return
                     if not chunk:
                         return
@@ -273,11 +284,8 @@ class ControlServer:
                     continue
                 line, buffer = buffer[:newline], buffer[newline + 1 :]
                 if len(line) > self.max_line_bytes:
-                    _send(
-                        conn,
-                        {"ok": False, "error": f"line longer than {self.max_line_bytes} bytes"},
-                    )
-                    return  # fmt: skip
+                    _send(conn, too_long)
+                    return
                 if line.strip():
                     if not _send(conn, self.answer(line)):
                         return
@@ -304,8 +312,11 @@ class ControlServer:
             return {"ok": False, "error": 'missing "cmd"', "commands": list(COMMANDS)}
         cmd = cmd.replace("-", "_")
         if cmd not in COMMANDS:
-            return {"ok": False, "error": f"unknown command {cmd[:64]!r}",
-                    "commands": list(COMMANDS)}  # fmt: skip
+            return {
+                "ok": False,
+                "error": f"unknown command {cmd[:64]!r}",
+                "commands": list(COMMANDS),
+            }
         try:
             fields = self.handler(cmd, request)
         except Exception as exc:  # a handler bug must not take the turn down
@@ -395,8 +406,13 @@ def endpoints(run_dir: Path) -> list[Endpoint]:
     return found
 
 
-def find_endpoint(run_dir: Path, *, pid: int | None = None, session: str | None = None,
-                  holder_pid: int | None = None) -> Endpoint | None:  # fmt: skip
+def find_endpoint(
+    run_dir: Path,
+    *,
+    pid: int | None = None,
+    session: str | None = None,
+    holder_pid: int | None = None,
+) -> Endpoint | None:
     """The turn to talk to: by `pid`, else by `session`, else the conch holder (`holder_pid`),
     else the most recently started one. None if there is none."""
     live = endpoints(run_dir)
@@ -412,8 +428,9 @@ def find_endpoint(run_dir: Path, *, pid: int | None = None, session: str | None 
     return live[-1] if live else None
 
 
-def send_command(endpoint: Endpoint | Path, cmd: str, *, timeout_s: float = 2.0,
-                 **fields: Any) -> dict[str, Any]:  # fmt: skip
+def send_command(
+    endpoint: Endpoint | Path, cmd: str, *, timeout_s: float = 2.0, **fields: Any
+) -> dict[str, Any]:
     """Send one command and return the reply (with `sent_at_s`, `replied_at_s` monotonic).
 
     Raises ControlError when nothing answers or the reply is not JSON.

@@ -118,8 +118,15 @@ def tmux(socket_path: str, *args: str) -> str:
 
 def active_pane(target: TmuxPane) -> tuple[str, str]:
     """(session id, active pane of its current window) for the session holding `target.pane`."""
-    listing = tmux(target.socket, "list-panes", "-s", "-t", target.pane,
-                   "-F", "#{session_id} #{pane_id} #{window_active} #{pane_active}")  # fmt: skip
+    listing = tmux(
+        target.socket,
+        "list-panes",
+        "-s",
+        "-t",
+        target.pane,
+        "-F",
+        "#{session_id} #{pane_id} #{window_active} #{pane_active}",
+    )
     for line in listing.splitlines():
         session, pane, window_active, pane_active = (line.split() + ["", "", "", ""])[:4]
         if window_active == "1" and pane_active == "1":
@@ -170,8 +177,7 @@ class FocusSentinel:
     def read(self, key: str, *, heal: bool = True) -> dict[str, Any] | None:
         return self.records(heal=heal).get(key)
 
-    def write(self, key: str, pane: str, hold_until: float, reason: str,
-              now: float) -> None:  # fmt: skip
+    def write(self, key: str, pane: str, hold_until: float, reason: str, now: float) -> None:
         data = self.records()
         data[key] = {"pane": pane, "hold_until": hold_until, "reason": reason, "at": now}
         write_json(self.path, data)
@@ -212,8 +218,9 @@ def focus_pane(settings: Settings, env: Mapping[str, str] | None = None) -> Focu
         return FocusResult("focused", target.pane, active)
 
 
-def hold_focus(settings: Settings, seconds: float | None = None,
-               env: Mapping[str, str] | None = None) -> FocusResult:  # fmt: skip
+def hold_focus(
+    settings: Settings, seconds: float | None = None, env: Mapping[str, str] | None = None
+) -> FocusResult:
     """Hold focus on the active pane of the caller's tmux session (`vocal focus hold`)."""
     target = _need_tmux(env)
     sentinel = FocusSentinel(settings.run_dir, settings.log_dir)
@@ -244,8 +251,14 @@ def focus_record(settings: Settings, env: Mapping[str, str] | None = None) -> di
     session, active = _active_or_usage(target)
     sentinel = FocusSentinel(settings.run_dir, settings.log_dir)
     record = sentinel.read(f"{target.socket} {session}", heal=False)
-    return {"socket": target.socket, "session": session, "pane": target.pane, "active": active,
-            "enabled": settings.auto_focus_pane, "record": record}  # fmt: skip
+    return {
+        "socket": target.socket,
+        "session": session,
+        "pane": target.pane,
+        "active": active,
+        "enabled": settings.auto_focus_pane,
+        "record": record,
+    }
 
 
 def _active_or_usage(target: TmuxPane) -> tuple[str, str]:

@@ -119,8 +119,9 @@ def parse_entry(data: Any, utterance_id: int | None = None) -> Utterance:
     entry_id = check_field("id", data.get("id"), "int", (0, MAX_ID))
     if utterance_id is not None and entry_id != utterance_id:
         raise BadRecord(f"history entry: id {entry_id} in the file of {utterance_id}")
-    rate = check_field("sample_rate", data.get("sample_rate"), "int",
-                       (MIN_SAMPLE_RATE, MAX_SAMPLE_RATE))  # fmt: skip
+    rate = check_field(
+        "sample_rate", data.get("sample_rate"), "int", (MIN_SAMPLE_RATE, MAX_SAMPLE_RATE)
+    )
     return Utterance(
         id=entry_id,
         text=check_field("text", data.get("text") or "", "str"),
@@ -229,8 +230,12 @@ class History:
         utterance_id = entry_id(meta_path.name[:-5])
         if utterance_id is None:
             return None
-        utterance = read_record(meta_path, lambda d: parse_entry(d, utterance_id),
-                                log_dir=self.log_dir, max_bytes=MAX_META_BYTES)  # fmt: skip
+        utterance = read_record(
+            meta_path,
+            lambda d: parse_entry(d, utterance_id),
+            log_dir=self.log_dir,
+            max_bytes=MAX_META_BYTES,
+        )
         if utterance is None:
             return None
         utterance.pcm_path = self._pcm_path(utterance.id)
@@ -266,17 +271,29 @@ class History:
         return entries[back - 1]
 
     # -- recording ---------------------------------------------------------------------------
-    def begin(self, *, text: str, voice: str | None, sample_rate: int,
-              session: str | None = None, agent: str | None = None) -> Recording:  # fmt: skip
+    def begin(
+        self,
+        *,
+        text: str,
+        voice: str | None,
+        sample_rate: int,
+        session: str | None = None,
+        agent: str | None = None,
+    ) -> Recording:
         """Start recording a new utterance (it becomes the newest at once)."""
         with self._lock():
             utterance_id = self._next_id()
             write_json(self.directory / "seq", utterance_id)
             utterance = Utterance(
-                id=utterance_id, text=text, voice=voice, sample_rate=int(sample_rate),
-                created_at=time.time(), session=session, agent=agent,
+                id=utterance_id,
+                text=text,
+                voice=voice,
+                sample_rate=int(sample_rate),
+                created_at=time.time(),
+                session=session,
+                agent=agent,
                 pcm_path=self._pcm_path(utterance_id),
-            )  # fmt: skip
+            )
             # 0600: what was said is the user's alone (issue 17: the PCM was 0644). O_NOFOLLOW: a
             # link planted in the history directory is not written through.
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -329,11 +346,19 @@ class History:
             if dot and suffix in ("json", "pcm") and number is not None and number not in keep:
                 unlink(self.directory / name)
 
-    def record(self, audio: Audio, *, text: str, voice: str | None = None,
-               session: str | None = None, agent: str | None = None) -> Utterance:  # fmt: skip
+    def record(
+        self,
+        audio: Audio,
+        *,
+        text: str,
+        voice: str | None = None,
+        session: str | None = None,
+        agent: str | None = None,
+    ) -> Utterance:
         """Record a whole utterance at once."""
-        with self.begin(text=text, voice=voice, sample_rate=audio.sample_rate,
-                        session=session, agent=agent) as recording:  # fmt: skip
+        with self.begin(
+            text=text, voice=voice, sample_rate=audio.sample_rate, session=session, agent=agent
+        ) as recording:
             recording.append(audio.mono_samples)
         return recording.utterance
 
@@ -358,8 +383,9 @@ class History:
             if not entries:
                 return None
             ids = [u.id for u in entries]
-            cursor = read_record(self.directory / "cursor.json", _parse_cursor,
-                                 log_dir=self.log_dir)  # fmt: skip
+            cursor = read_record(
+                self.directory / "cursor.json", _parse_cursor, log_dir=self.log_dir
+            )
             target = entries[0]
             if cursor is not None and cursor[1] == ids[0] and cursor[0] in ids:
                 index = ids.index(cursor[0])
@@ -385,8 +411,10 @@ def _parse_cursor(data: Any) -> tuple[int, int]:
     """(utterance_id, newest_id) from the JSON of cursor.json; raises BadRecord."""
     if not isinstance(data, dict):
         raise BadRecord("cursor: not an object")
-    return (check_field("utterance_id", data.get("utterance_id"), "int"),
-            check_field("newest_id", data.get("newest_id"), "int"))  # fmt: skip
+    return (
+        check_field("utterance_id", data.get("utterance_id"), "int"),
+        check_field("newest_id", data.get("newest_id"), "int"),
+    )
 
 
 __all__ = [

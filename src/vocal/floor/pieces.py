@@ -129,11 +129,16 @@ class PieceOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "status": self.status, "message": self.message, "piece": self.piece,
-            "final": self.final, "read_by_me": [{"piece": n, "status": s} for n, s in self.read],
-            "arrived_at_s": self.arrived_at_s, "finished_at_s": self.finished_at_s,
-            "superseded_by": self.superseded_by, "exit_code": self.exit_code,
-        }  # fmt: skip
+            "status": self.status,
+            "message": self.message,
+            "piece": self.piece,
+            "final": self.final,
+            "read_by_me": [{"piece": n, "status": s} for n, s in self.read],
+            "arrived_at_s": self.arrived_at_s,
+            "finished_at_s": self.finished_at_s,
+            "superseded_by": self.superseded_by,
+            "exit_code": self.exit_code,
+        }
 
 
 class MessageBoard:
@@ -186,8 +191,10 @@ class MessageBoard:
                 index["messages"][message] = known
                 index["latest"] = message
                 private_dir(self._dir(message))  # 0700, as every state directory (issue 37)
-                self._write_cursor(message, {"next": 0, "advanced_at": now, "final": None,
-                                             "results": {}, "closed": None})  # fmt: skip
+                self._write_cursor(
+                    message,
+                    {"next": 0, "advanced_at": now, "final": None, "results": {}, "closed": None},
+                )
                 write_json(self.root / "index.json", index)
             elif index.get("latest") != message:
                 return "superseded"
@@ -417,8 +424,15 @@ def _after_supersede(board: MessageBoard, message: str, piece: int) -> str:
         time.sleep(POLL_S)
 
 
-def _read_in_order(board: MessageBoard, message: str, mine: int, outcome: PieceOutcome,
-                   read: ReadPiece, timeout_s: float, linger_s: float) -> None:  # fmt: skip
+def _read_in_order(
+    board: MessageBoard,
+    message: str,
+    mine: int,
+    outcome: PieceOutcome,
+    read: ReadPiece,
+    timeout_s: float,
+    linger_s: float,
+) -> None:
     """The reader's loop (message lock held): read what is next until the message ends, or
     until our own piece is settled and nothing has come for `linger_s`."""
     idle_since: float | None = None

@@ -119,15 +119,32 @@ STATE_MARKER_VERSION = 1
 #: Every name vocal itself puts at the top of the state directory (Settings' layout, gates,
 #: the provider ladder's rungs, Piper voices and sound fonts, the marker).
 STATE_ENTRY_NAMES = frozenset(
-    {CONFIG_FILE_NAME, "gates.json", "conch", "run", "history", "voices", "cache", "logs",
-     "providers", "piper", "soundfonts", "echo", STATE_MARKER_NAME}
-)  # fmt: skip
+    {
+        CONFIG_FILE_NAME,
+        "gates.json",
+        "conch",
+        "run",
+        "history",
+        "voices",
+        "cache",
+        "logs",
+        "providers",
+        "piper",
+        "soundfonts",
+        "echo",
+        STATE_MARKER_NAME,
+    }
+)
 #: Leftovers of vocal's own writes there: atomic writes' temporary files
 #: (`.config.toml.k3j2.tmp`), `vocal doctor`'s probe file, and a malformed gates file set
 #: aside (`vocal.floor.statefiles.quarantine`).
 _STATE_TEMP_PREFIXES = (
-    ".config.toml.", ".gates.json.", f"{STATE_MARKER_NAME}.", ".doctor-", "gates.json.bad-"
-)  # fmt: skip
+    ".config.toml.",
+    ".gates.json.",
+    f"{STATE_MARKER_NAME}.",
+    ".doctor-",
+    "gates.json.bad-",
+)
 #: Mode bits that let other users change the state directory (group- or world-writable).
 _OPEN_WRITE_BITS = 0o022
 

@@ -191,8 +191,7 @@ def finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def check_field(name: str, value: Any, kind: str,
-                bounds: tuple[float, float] | None = None) -> Any:  # fmt: skip
+def check_field(name: str, value: Any, kind: str, bounds: tuple[float, float] | None = None) -> Any:
     """`value` checked against the annotation `kind` ("int", "float", "str", "bool", each
     optionally "| None") and inclusive `bounds`; floats come back as float. Raises BadRecord."""
     base, _, optional = kind.partition(" | ")
@@ -218,8 +217,7 @@ def check_field(name: str, value: Any, kind: str,
     return value
 
 
-def record_from(cls: type[T], data: Any,
-                bounds: dict[str, tuple[float, float]] | None = None) -> T:  # fmt: skip
+def record_from(cls: type[T], data: Any, bounds: dict[str, tuple[float, float]] | None = None) -> T:
     """An instance of dataclass `cls` from a JSON object, field by field: each present field
     must match its annotation (and `bounds`), each field without a default must be present;
     unknown keys are ignored (a newer vocal may add some). Raises BadRecord."""
@@ -237,8 +235,9 @@ def record_from(cls: type[T], data: Any,
 
 
 # -- quarantine ------------------------------------------------------------------------------
-def quarantine(path: Path, reason: str, *, log_dir: Path | None = None,
-               identity: os.stat_result | None = None) -> Path | None:  # fmt: skip
+def quarantine(
+    path: Path, reason: str, *, log_dir: Path | None = None, identity: os.stat_result | None = None
+) -> Path | None:
     """Rename the malformed file `path` aside (`NAME.bad-<unix s>`), log why, trim old ones.
 
     `identity` is the file as it was read: if a writer has replaced it since, the new file is

@@ -299,8 +299,9 @@ class Turn:
 
     def begin_utterance(self, *, text: str, voice: str | None, sample_rate: int) -> Recording:
         """Record a new utterance in the history; `append` its PCM as it is played."""
-        recording = self.history.begin(text=text, voice=voice, sample_rate=sample_rate,
-                                       session=self.session, agent=self.agent)  # fmt: skip
+        recording = self.history.begin(
+            text=text, voice=voice, sample_rate=sample_rate, session=self.session, agent=self.agent
+        )
         self._current = recording.utterance
         return recording
 
@@ -328,8 +329,9 @@ class Turn:
         from vocal.audio.player import Player
 
         if record:
-            with self.begin_utterance(text=text, voice=voice or self.voice,
-                                      sample_rate=audio.sample_rate) as recording:  # fmt: skip
+            with self.begin_utterance(
+                text=text, voice=voice or self.voice, sample_rate=audio.sample_rate
+            ) as recording:
                 recording.append(audio.mono_samples)
             utterance = recording.utterance
         elif utterance is not None:
@@ -482,8 +484,14 @@ def replay(
     history = History.from_settings(settings)
     history.set_cursor(utterance.id)
     audio = utterance.audio()
-    with Turn(settings, kind="replay", session=session, agent=agent, voice=utterance.voice,
-              use_conch=use_conch) as turn:  # fmt: skip
+    with Turn(
+        settings,
+        kind="replay",
+        session=session,
+        agent=agent,
+        voice=utterance.voice,
+        use_conch=use_conch,
+    ) as turn:
         return turn.play(audio, record=False, utterance=utterance, device=device, volume=volume)
 
 

@@ -50,8 +50,13 @@ RETRY_BACKOFF_S = (0.1, 0.3)
 MAX_TIMEOUT_S = 24 * 3600.0
 _READ_BYTES = 64 * 1024
 #: A connection the server or a proxy dropped mid-exchange: worth another try.
-_DROPPED = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError,
-            http.client.RemoteDisconnected, http.client.IncompleteRead)  # fmt: skip
+_DROPPED = (
+    ConnectionResetError,
+    ConnectionAbortedError,
+    BrokenPipeError,
+    http.client.RemoteDisconnected,
+    http.client.IncompleteRead,
+)
 
 
 class _Retryable(Exception):
@@ -227,8 +232,10 @@ def _failure(reason: object, shown: str, late: EngineError) -> EngineError | _Re
         return late
     if isinstance(reason, _DROPPED):
         return _Retryable(EngineError(f"{shown} dropped the connection ({_reason(reason)})"))
-    return EngineError(f"cannot reach {shown}: {_reason(reason)}",
-                       hint="check the network and the server's base URL")  # fmt: skip
+    return EngineError(
+        f"cannot reach {shown}: {_reason(reason)}",
+        hint="check the network and the server's base URL",
+    )
 
 
 def _reason(reason: object) -> str:
