@@ -231,9 +231,13 @@ class Microphone:
     def open(self) -> Microphone:
         raw = self._on_block is None
         self._stream = start_stream(
-            "input", self._device, self.sample_rate, self.block_frames,
-            self._raw_callback if raw else self._callback, raw=raw,
-        )  # fmt: skip
+            "input",
+            self._device,
+            self.sample_rate,
+            self.block_frames,
+            self._raw_callback if raw else self._callback,
+            raw=raw,
+        )
         self.opened_at_s = time.monotonic()
         return self
 

@@ -231,16 +231,21 @@ def detect_coreaudio() -> OutputDetection:
         get = core.AudioObjectGetPropertyData
         get.restype = ctypes.c_int32  # OSStatus
         get.argtypes = [
-            ctypes.c_uint32, ctypes.POINTER(_Address), ctypes.c_uint32, ctypes.c_void_p,
-            ctypes.POINTER(ctypes.c_uint32), ctypes.c_void_p,
-        ]  # fmt: skip
+            ctypes.c_uint32,
+            ctypes.POINTER(_Address),
+            ctypes.c_uint32,
+            ctypes.c_void_p,
+            ctypes.POINTER(ctypes.c_uint32),
+            ctypes.c_void_p,
+        ]
 
         def read_u32(obj: int, selector: int, scope: int) -> int | None:
             address = _Address(selector, scope, _ELEMENT_MAIN)
             value = ctypes.c_uint32(0)
             size = ctypes.c_uint32(ctypes.sizeof(value))
-            status = get(obj, ctypes.byref(address), 0, None, ctypes.byref(size),
-                         ctypes.byref(value))  # fmt: skip
+            status = get(
+                obj, ctypes.byref(address), 0, None, ctypes.byref(size), ctypes.byref(value)
+            )
             return value.value if status == 0 else None
 
         device = read_u32(_SYSTEM_OBJECT, _DEFAULT_OUTPUT_DEVICE, _SCOPE_GLOBAL)

@@ -134,9 +134,14 @@ class Player:
     def open(self) -> Player:
         self._sd = sounddevice()
         self._stream = start_stream(
-            "output", self._device, self.sample_rate, self.block_frames, self._callback,
-            latency=self.latency, finished_callback=self._on_stream_finished,
-        )  # fmt: skip
+            "output",
+            self._device,
+            self.sample_rate,
+            self.block_frames,
+            self._callback,
+            latency=self.latency,
+            finished_callback=self._on_stream_finished,
+        )
         return self
 
     def _on_stream_finished(self) -> None:

@@ -49,8 +49,12 @@ def _own(path: Path, uid: int, kind: int) -> bool:
     return stat.S_IFMT(info.st_mode) == kind and info.st_uid == uid
 
 
-def discover(environ: MutableMapping[str, str] | None = None, *, uid: int | None = None,
-             run_user_dir: str = RUN_USER_DIR) -> Found:  # fmt: skip
+def discover(
+    environ: MutableMapping[str, str] | None = None,
+    *,
+    uid: int | None = None,
+    run_user_dir: str = RUN_USER_DIR,
+) -> Found:
     """Find the sound server (see the module docstring), setting `PULSE_SERVER` in `environ`
     (default: this process's) when it had to be discovered. Never raises."""
     global found

@@ -362,15 +362,16 @@ def wav_bytes(audio: Audio, *, float32: bool = False) -> bytes:
         )
     else:
         payload, format_tag, bits = to_int16(audio.samples).tobytes(), _WAVE_FORMAT_PCM, 16
-    block_align = audio.channels * bits // 8
-    header = struct.pack(
-        "<4sI4s4sIHHIIHH4sI",
-        b"RIFF", 36 + len(payload), b"WAVE",
-        b"fmt ", 16, format_tag, audio.channels, audio.sample_rate,
-        audio.sample_rate * block_align, block_align, bits,
-        b"data", len(payload),
-    )  # fmt: skip
-    return header + payload
+    channels, sample_rate = audio.channels, audio.sample_rate
+    block_align = channels * bits // 8
+    byte_rate = sample_rate * block_align
+    # A canonical WAV's three chunks, each packed on its own: RIFF, fmt (16 bytes), data.
+    riff = struct.pack("<4sI4s", b"RIFF", 36 + len(payload), b"WAVE")
+    fmt = struct.pack(
+        "<4sIHHIIHH", b"fmt ", 16, format_tag, channels, sample_rate, byte_rate, block_align, bits
+    )
+    data = struct.pack("<4sI", b"data", len(payload))
+    return riff + fmt + data + payload
 
 
 def _is_special_file(path: Path) -> bool:

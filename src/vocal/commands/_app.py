@@ -83,9 +83,11 @@ def max_pause_ms_option() -> Any:
 
 def stt_engine_help() -> str:
     """The recognition engines an `--engine`/`--stt-engine` option takes (no import)."""
-    return ("Speech recognition engine: auto (local: faster-whisper, or mlx-whisper on Apple "
-            "Silicon), faster-whisper, mlx-whisper, or openai (remote: the utterance goes to "
-            "openai_stt_base_url, key in OPENAI_API_KEY).")  # fmt: skip
+    return (
+        "Speech recognition engine: auto (local: faster-whisper, or mlx-whisper on Apple "
+        "Silicon), faster-whisper, mlx-whisper, or openai (remote: the utterance goes to "
+        "openai_stt_base_url, key in OPENAI_API_KEY)."
+    )
 
 
 def hints_option() -> Any:
@@ -103,8 +105,10 @@ def report_fallback(result: Any) -> None:
     """On stderr: the remote recognizer failed and its local fallback made the transcript."""
     reason = getattr(result, "stt_fallback_reason", None)
     if reason:
-        typer.echo(f"vocal: remote recognition failed ({reason}); transcribed by "
-                   f"{result.stt_engine}", err=True)  # fmt: skip
+        typer.echo(
+            f"vocal: remote recognition failed ({reason}); transcribed by {result.stt_engine}",
+            err=True,
+        )
 
 
 def finite(ctx: typer.Context, param: typer.CallbackParam, value: float | None) -> float | None:

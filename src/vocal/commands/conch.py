@@ -30,8 +30,9 @@ def _session(session: str | None, verb: str) -> str:
 
     session = session or load_settings().session
     if not session:
-        raise UsageError(f"`vocal conch {verb}` needs a session", hint="pass --session or set "
-                         "VOCAL_SESSION")  # fmt: skip
+        raise UsageError(
+            f"`vocal conch {verb}` needs a session", hint="pass --session or set VOCAL_SESSION"
+        )
     return session
 
 
@@ -65,8 +66,10 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print the state a
     if holder is None:
         print("the floor is free" if not state["queue"] else "the floor is being handed over")
     else:
-        print(f"speaking: {_who(holder)} for {holder['held_s']:.1f} s, "
-              f"expires in {holder['expires_in_s']:.0f} s")  # fmt: skip
+        print(
+            f"speaking: {_who(holder)} for {holder['held_s']:.1f} s, "
+            f"expires in {holder['expires_in_s']:.0f} s"
+        )
     for waiter in state["queue"]:
         mark = "  (granted, claiming)" if waiter["granted"] else ""
         print(f"{waiter['position']:>3}. {_who(waiter)} waiting {waiter['waited_s']:.1f} s{mark}")
@@ -106,8 +109,9 @@ def release(session: str | None = typer.Option(None, "--session", help=_SESSION_
 
     name = _session(session, "release")
     if _conch().release_session(name) is None:
-        raise UsageError(f"session {name!r} does not hold the floor",
-                         hint="`vocal conch status` shows who does")  # fmt: skip
+        raise UsageError(
+            f"session {name!r} does not hold the floor", hint="`vocal conch status` shows who does"
+        )
 
 
 @app.command()
@@ -120,7 +124,7 @@ def wait(
         click_type=float_range("conch_timeout_s"),
         help="Seconds to wait (default VOCAL_CONCH_TIMEOUT), at most VOCAL_CONCH_WAIT_CAP.",
         callback=finite,
-    ),  # fmt: skip
+    ),
     callback: bool = typer.Option(
         False, "--callback", help="Do not wait: take it if free, else keep a place and exit 3."
     ),
@@ -154,8 +158,9 @@ def wait(
     limit_s = min(limit_s, settings.conch_wait_cap_s)
     # Killed while it waits (SIGTERM, SIGHUP), it gives its place back (issue 17).
     with interrupt_on_signals():
-        outcome = Conch.from_settings(settings).wait_remote(name, agent=settings.agent,
-                                                            timeout_s=limit_s)  # fmt: skip
+        outcome = Conch.from_settings(settings).wait_remote(
+            name, agent=settings.agent, timeout_s=limit_s
+        )
     if outcome.granted and settings.auto_focus_pane:
         from vocal.floor.focus import focus_pane
 
@@ -166,8 +171,7 @@ def wait(
         print(f"granted: session {_shown(name)} holds the floor")
     elif outcome.position:
         holder = _who(outcome.holder.to_dict()) if outcome.holder else "nobody (handing over)"
-        print(f"waiting: position {outcome.position} of {outcome.queue_length}; "
-              f"speaking: {holder}")  # fmt: skip
+        print(f"waiting: position {outcome.position} of {outcome.queue_length}; speaking: {holder}")
     if not outcome.granted:
         raise ConchBusy(outcome.message, position=outcome.position, holder=outcome.holder)
 
@@ -191,18 +195,29 @@ def heartbeat(
     conch = _conch()
     position = conch.heartbeat(name)
     if position is None:
-        raise ConchBusy(f"session {name!r} holds no place in the conch queue", position=None,
-                        hint="call `vocal conch wait --session ID` to join it")  # fmt: skip
+        raise ConchBusy(
+            f"session {name!r} holds no place in the conch queue",
+            position=None,
+            hint="call `vocal conch wait --session ID` to join it",
+        )
     state = conch.status()
     granted = state.grant is not None and state.grant.session == name
     holder = state.holder.to_dict() if state.holder else None
     if as_json:
-        print(json.dumps({"session": name, "position": position, "granted": granted,
-                          "queue_length": len(state.waiters), "holder": holder}))  # fmt: skip
+        payload = {
+            "session": name,
+            "position": position,
+            "granted": granted,
+            "queue_length": len(state.waiters),
+            "holder": holder,
+        }
+        print(json.dumps(payload))
     elif position == 0:
         assert state.holder is not None  # position 0: this session is the holder
-        print(f"holding: session {_shown(name)} holds the floor, "
-              f"expires in {state.holder.expires_at - state.now:.0f} s")  # fmt: skip
+        print(
+            f"holding: session {_shown(name)} holds the floor, "
+            f"expires in {state.holder.expires_at - state.now:.0f} s"
+        )
     elif granted:
         print(
             f"granted: the floor waits for session {_shown(name)}: call `vocal conch wait` "

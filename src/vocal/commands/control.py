@@ -26,8 +26,9 @@ _TIMEOUT = typer.Option(
 )
 
 
-def _send(cmd: str, pid: int | None, session: str | None, as_json: bool,
-          timeout: float) -> dict[str, Any] | None:  # fmt: skip
+def _send(
+    cmd: str, pid: int | None, session: str | None, as_json: bool, timeout: float
+) -> dict[str, Any] | None:
     """Send `cmd` to the chosen turn and print the reply; None if no turn is running."""
     from vocal.config import load_settings
     from vocal.floor.conch import Conch
@@ -35,13 +36,15 @@ def _send(cmd: str, pid: int | None, session: str | None, as_json: bool,
 
     settings = load_settings()
     holder = None if pid or session else Conch.from_settings(settings).status().holder
-    endpoint = find_endpoint(settings.run_dir, pid=pid, session=session,
-                             holder_pid=holder.pid if holder else None)  # fmt: skip
+    endpoint = find_endpoint(
+        settings.run_dir, pid=pid, session=session, holder_pid=holder.pid if holder else None
+    )
     if endpoint is None:
         if pid or session:
             target = f"pid {pid}" if pid else f"session {session!r}"
-            raise ControlError(f"no running vocal turn for {target}",
-                               hint="`vocal control status` lists them")  # fmt: skip
+            raise ControlError(
+                f"no running vocal turn for {target}", hint="`vocal control status` lists them"
+            )
         return None
     reply = send_command(endpoint, cmd, timeout_s=timeout)
     if as_json:
@@ -58,8 +61,12 @@ def _no_turn() -> None:
 
 
 @app.command()
-def stop(pid: int | None = _PID, session: str | None = _SESSION, as_json: bool = _JSON,
-         timeout: float = _TIMEOUT) -> None:  # fmt: skip
+def stop(
+    pid: int | None = _PID,
+    session: str | None = _SESSION,
+    as_json: bool = _JSON,
+    timeout: float = _TIMEOUT,
+) -> None:
     """Stop speaking, or give up waiting for the floor.
 
     The turn ends there: a converse turn does not go on to listen.
@@ -69,24 +76,36 @@ def stop(pid: int | None = _PID, session: str | None = _SESSION, as_json: bool =
 
 
 @app.command()
-def pause(pid: int | None = _PID, session: str | None = _SESSION, as_json: bool = _JSON,
-          timeout: float = _TIMEOUT) -> None:  # fmt: skip
+def pause(
+    pid: int | None = _PID,
+    session: str | None = _SESSION,
+    as_json: bool = _JSON,
+    timeout: float = _TIMEOUT,
+) -> None:
     """Pause playback where it is (silence until resume)."""
     if _send("pause", pid, session, as_json, timeout) is None:
         _no_turn()
 
 
 @app.command()
-def resume(pid: int | None = _PID, session: str | None = _SESSION, as_json: bool = _JSON,
-           timeout: float = _TIMEOUT) -> None:  # fmt: skip
+def resume(
+    pid: int | None = _PID,
+    session: str | None = _SESSION,
+    as_json: bool = _JSON,
+    timeout: float = _TIMEOUT,
+) -> None:
     """Resume paused playback."""
     if _send("resume", pid, session, as_json, timeout) is None:
         _no_turn()
 
 
 @app.command("skip-forward")
-def skip_forward(pid: int | None = _PID, session: str | None = _SESSION, as_json: bool = _JSON,
-                 timeout: float = _TIMEOUT) -> None:  # fmt: skip
+def skip_forward(
+    pid: int | None = _PID,
+    session: str | None = _SESSION,
+    as_json: bool = _JSON,
+    timeout: float = _TIMEOUT,
+) -> None:
     """Cut playback and go to listening (or end the recording).
 
     While a converse turn listens, this ends the recording and transcribes what was heard.
@@ -96,8 +115,12 @@ def skip_forward(pid: int | None = _PID, session: str | None = _SESSION, as_json
 
 
 @app.command("skip-back")
-def skip_back(pid: int | None = _PID, session: str | None = _SESSION, as_json: bool = _JSON,
-              timeout: float = _TIMEOUT) -> None:  # fmt: skip
+def skip_back(
+    pid: int | None = _PID,
+    session: str | None = _SESSION,
+    as_json: bool = _JSON,
+    timeout: float = _TIMEOUT,
+) -> None:
     """Restart the current utterance; each further press: one back.
 
     The first press restarts the current or most recent utterance, each further press steps
@@ -120,13 +143,17 @@ def skip_back(pid: int | None = _PID, session: str | None = _SESSION, as_json: b
         raise UsageError("the history is empty: nothing to go back to")
     result = replay(settings, utterance)
     if as_json:
-        print(json.dumps({"ok": True, "cmd": "skip_back", "replayed": utterance.to_dict(),
-                          **result.to_dict()}))  # fmt: skip
+        payload = {"ok": True, "cmd": "skip_back", "replayed": utterance.to_dict()}
+        print(json.dumps({**payload, **result.to_dict()}))
 
 
 @app.command("status")
-def status_(pid: int | None = _PID, session: str | None = _SESSION, as_json: bool = _JSON,
-            timeout: float = _TIMEOUT) -> None:  # fmt: skip
+def status_(
+    pid: int | None = _PID,
+    session: str | None = _SESSION,
+    as_json: bool = _JSON,
+    timeout: float = _TIMEOUT,
+) -> None:
     """What the running turns are doing (all of them, or one with --pid/--session)."""
     from vocal.config import load_settings
     from vocal.floor.control import endpoints, send_command

@@ -43,7 +43,7 @@ def converse(
         "--barge-in/--no-barge-in",
         help="Listen while speaking and stop when the person talks over the reply [on]; "
         "--no-barge-in opens the microphone when the reply has ended (+200 ms).",
-    ),  # fmt: skip
+    ),
     aec: str | None = typer.Option(
         None,
         "--aec",
@@ -55,7 +55,7 @@ def converse(
         "--ptt",
         help="Push-to-talk: the answer ends when you press Enter or Space on "
         "the terminal (not on a pause; --max-seconds still applies); Esc cancels.",
-    ),  # fmt: skip
+    ),
     silence_ms: int | None = silence_ms_option("the answer"),
     turn_model: bool | None = turn_model_option(),
     turn_check_ms: int | None = turn_check_ms_option(),
@@ -66,7 +66,7 @@ def converse(
         click_type=float_range("no_speech_timeout_s"),
         help="Give up (exit 4) when nobody speaks for this long after the reply, in s [15].",
         callback=finite,
-    ),  # fmt: skip
+    ),
     max_seconds: float | None = typer.Option(
         None,
         "--max-seconds",
@@ -118,14 +118,26 @@ def converse(
     if from_stdin:
         started_at_s = time.monotonic()
     settings = load_settings(
-        turn_model=turn_model, turn_check_ms=turn_check_ms, max_pause_ms=max_pause_ms,
-        stt_engine=stt_engine, stt_hints=hints,
-    )  # fmt: skip
+        turn_model=turn_model,
+        turn_check_ms=turn_check_ms,
+        max_pause_ms=max_pause_ms,
+        stt_engine=stt_engine,
+        stt_hints=hints,
+    )
     options = ConverseOptions(
-        engine=engine, voice=voice, speed=speed, barge_in=barge_in, aec=aec, session=session,
-        agent=agent, use_conch=not no_conch, silence_ms=silence_ms,
-        no_speech_timeout_s=no_speech_timeout, max_seconds=max_seconds, push_to_talk=ptt,
-    )  # fmt: skip
+        engine=engine,
+        voice=voice,
+        speed=speed,
+        barge_in=barge_in,
+        aec=aec,
+        session=session,
+        agent=agent,
+        use_conch=not no_conch,
+        silence_ms=silence_ms,
+        no_speech_timeout_s=no_speech_timeout,
+        max_seconds=max_seconds,
+        push_to_talk=ptt,
+    )
     result = converse_turn(text, options, settings, started_at_s=started_at_s)
     report_fallback(result.listen)
     if json_output:

@@ -63,8 +63,10 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print the record 
     record = info["record"] or {}
     left_s = float(record.get("hold_until", 0.0)) - time.time()
     active, pane = shown_name(info["active"]), shown_name(info["pane"])
-    print(f"auto focus: {'on' if info['enabled'] else 'off (VOCAL_AUTO_FOCUS_PANE)'}; "
-          f"active pane {active}; this pane {pane}")  # fmt: skip
+    print(
+        f"auto focus: {'on' if info['enabled'] else 'off (VOCAL_AUTO_FOCUS_PANE)'}; "
+        f"active pane {active}; this pane {pane}"
+    )
     if left_s > 0:
         held, reason = shown_name(record["pane"]), shown_name(record["reason"])
         print(f"held on {held} for {left_s:.0f} s more ({reason})")

@@ -46,7 +46,7 @@ def listen(
         "--ptt",
         help="Push-to-talk: record until you press Enter or Space on the "
         "terminal (not on a pause; --max-seconds still applies); Esc cancels.",
-    ),  # fmt: skip
+    ),
     silence_ms: int | None = silence_ms_option(),
     turn_model: bool | None = turn_model_option(),
     turn_check_ms: int | None = turn_check_ms_option(),
@@ -57,7 +57,7 @@ def listen(
         click_type=float_range("no_speech_timeout_s"),
         help="Give up (exit 4) when nobody speaks for this long, in seconds [15].",
         callback=finite,
-    ),  # fmt: skip
+    ),
     input_file: Path | None = typer.Option(
         None, "--input", "-i", help="Read this WAV instead of the microphone (any rate)."
     ),
@@ -72,7 +72,7 @@ def listen(
         help="Whisper model of a local engine (and of the remote one's fallback): tiny.en "
         "(embedded), a name such as base.en or small (downloaded once), a hub id, or a model "
         "directory.",
-    ),  # fmt: skip
+    ),
     engine: str | None = typer.Option(None, "--engine", help=stt_engine_help()),
     hints: str | None = hints_option(),
     language: str | None = typer.Option(
@@ -122,8 +122,9 @@ def listen(
         language=language,
         input_device=device,
     )
-    result = listen_turn(settings, vad=vad, seconds=seconds, input_file=input_file,
-                         push_to_talk=ptt)  # fmt: skip
+    result = listen_turn(
+        settings, vad=vad, seconds=seconds, input_file=input_file, push_to_talk=ptt
+    )
     report_fallback(result)
     if save is not None:
         from vocal.audio.wav import write_wav

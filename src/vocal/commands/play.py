@@ -62,8 +62,9 @@ def play(
         return
     settings = load_settings(session=session, agent=agent)
     with Turn(settings, kind="play", use_conch=not no_conch) as turn:
-        result = turn.play(audio, text=text or file.name, record=not no_history,
-                           device=device, volume=volume)  # fmt: skip
+        result = turn.play(
+            audio, text=text or file.name, record=not no_history, device=device, volume=volume
+        )
         if as_json:
             held = turn.held
             timeline = {

@@ -66,7 +66,8 @@ def replay(
         return
     from vocal.floor.turn import replay as replay_utterance
 
-    result = replay_utterance(settings, utterance, use_conch=not no_conch, device=device,
-                              volume=volume)  # fmt: skip
+    result = replay_utterance(
+        settings, utterance, use_conch=not no_conch, device=device, volume=volume
+    )
     if as_json:
         print(json.dumps({"replayed": utterance.to_dict(), **result.to_dict()}))

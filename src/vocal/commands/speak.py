@@ -120,9 +120,16 @@ def speak(
     mark("text_known", started_at_s)
     settings = load_settings(session=session, agent=agent)
     options = SpeakOptions(
-        engine=engine, voice=voice, speed=speed, volume=volume, output=output, device=device,
-        quotes=quotes, use_conch=not no_conch, record=not no_history,
-    )  # fmt: skip
+        engine=engine,
+        voice=voice,
+        speed=speed,
+        volume=volume,
+        output=output,
+        device=device,
+        quotes=quotes,
+        use_conch=not no_conch,
+        record=not no_history,
+    )
     if message is not None or piece is not None or final:
         _speak_piece(text, options, settings, message, piece, final, json_output)
         return
@@ -143,8 +150,15 @@ def speak(
         typer.echo(json.dumps(payload))
 
 
-def _speak_piece(text: str, options: SpeakOptions, settings: Settings, message: str | None,
-                 piece: int | None, final: bool, json_output: bool) -> None:  # fmt: skip
+def _speak_piece(
+    text: str,
+    options: SpeakOptions,
+    settings: Settings,
+    message: str | None,
+    piece: int | None,
+    final: bool,
+    json_output: bool,
+) -> None:
     import json
 
     from vocal.errors import UsageError

@@ -152,8 +152,13 @@ class TurnTranscripts:
     A remote engine is never asked before the turn ends (module docstring).
     """
 
-    def __init__(self, stt: SttLoader | SttEngine, *, live: bool,
-                 on_words: Callable[[str], object] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        stt: SttLoader | SttEngine,
+        *,
+        live: bool,
+        on_words: Callable[[str], object] | None = None,
+    ) -> None:
         self.stt, self.live, self.on_words = stt, live, on_words
         self.early: EarlyTranscriber | None = None
         self._remote = False

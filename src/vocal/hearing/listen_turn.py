@@ -68,8 +68,15 @@ def listen_turn(
             keys.close()
 
 
-def _listen(settings: Settings, vad: bool, seconds: float, input_file: Path | None, meter: bool,
-            stop: threading.Event, keys: PushToTalk | None) -> ListenResult:  # fmt: skip
+def _listen(
+    settings: Settings,
+    vad: bool,
+    seconds: float,
+    input_file: Path | None,
+    meter: bool,
+    stop: threading.Event,
+    keys: PushToTalk | None,
+) -> ListenResult:
     from vocal.audio.devices import Microphone
     from vocal.audio.file_devices import WavSource
 
@@ -108,9 +115,15 @@ def _listen(settings: Settings, vad: bool, seconds: float, input_file: Path | No
     try:
         with ctrl_c_ends(stop):
             on_block = level if keys is None else keys.watching(level)
-            result = listen(source, stt=loader, options=options, stop=stop, on_block=on_block,
-                            models=models,
-                            on_words=level.words if level is not None else None)  # fmt: skip
+            result = listen(
+                source,
+                stt=loader,
+                options=options,
+                stop=stop,
+                on_block=on_block,
+                models=models,
+                on_words=level.words if level is not None else None,
+            )
     finally:
         if level is not None:
             level.clear()

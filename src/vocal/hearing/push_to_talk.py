@@ -54,10 +54,11 @@ def push_to_talk_options(options: ListenOptions) -> ListenOptions:
     return dataclasses.replace(
         options,
         vad=True,
-        endpoint=dataclasses.replace(endpoint, min_silence_ms=forever_ms,
-                                     no_speech_timeout_s=endpoint.max_duration_s + 1.0),
+        endpoint=dataclasses.replace(
+            endpoint, min_silence_ms=forever_ms, no_speech_timeout_s=endpoint.max_duration_s + 1.0
+        ),
         end_of_turn=dataclasses.replace(options.end_of_turn, enabled=False),
-    )  # fmt: skip
+    )
 
 
 def require_terminal(tty_path: str = TTY_PATH) -> None:
@@ -77,8 +78,13 @@ class PushToTalk:
     transcribed.
     """
 
-    def __init__(self, on_done: Callable[[], object] | None = None, tty_path: str = TTY_PATH,
-                 *, read: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        on_done: Callable[[], object] | None = None,
+        tty_path: str = TTY_PATH,
+        *,
+        read: bool = True,
+    ) -> None:
         self.on_done = on_done
         self.tty_path = tty_path
         self.read = read

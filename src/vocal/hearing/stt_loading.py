@@ -44,11 +44,22 @@ def stt_loader(settings: Any, *, beside_playback: bool = False) -> SttLoader:
     hints = hints_source(settings)
     name = settings.stt_engine if settings.stt_engine != "auto" else default_engine_name()
     if name in REMOTE_ENGINES:
-        return SttLoader(name, settings.openai_stt_model, warm_up=False, hints=hints,
-                         fallback=fallback_spec(settings), **remote_options(settings))  # fmt: skip
+        return SttLoader(
+            name,
+            settings.openai_stt_model,
+            warm_up=False,
+            hints=hints,
+            fallback=fallback_spec(settings),
+            **remote_options(settings),
+        )
     loader = ProcessSttLoader if beside_playback and settings.stt_process else SttLoader
-    return loader(settings.stt_engine, settings.stt_model, warm_up=settings.stt_warm_up,
-                  hints=hints, **local_options(settings, name))  # fmt: skip
+    return loader(
+        settings.stt_engine,
+        settings.stt_model,
+        warm_up=settings.stt_warm_up,
+        hints=hints,
+        **local_options(settings, name),
+    )
 
 
 def hints_source(settings: Any) -> Callable[[], Hints | None] | None:
@@ -102,10 +113,15 @@ def fallback_spec(settings: Any) -> dict[str, Any] | None:
     local = default_engine_name() if wanted in ("local", "auto") else wanted
     if local not in ENGINES or local in REMOTE_ENGINES:
         known = ", ".join(n for n in ENGINES if n not in REMOTE_ENGINES)
-        raise UsageError(f"setting 'stt_fallback' must name a local engine, got {wanted!r}",
-                         hint=f"local, or one of {known}")  # fmt: skip
-    return {"local": local, "local_model": settings.stt_model,
-            "local_options": local_options(settings, local)}  # fmt: skip
+        raise UsageError(
+            f"setting 'stt_fallback' must name a local engine, got {wanted!r}",
+            hint=f"local, or one of {known}",
+        )
+    return {
+        "local": local,
+        "local_model": settings.stt_model,
+        "local_options": local_options(settings, local),
+    }
 
 
 # -- the engine, loaded in the background --------------------------------------------------------
@@ -241,8 +257,7 @@ class ProcessSttLoader(SttLoader):
 
         try:
             self._gather_hints()
-            self._engine = spawn(self.name, self.model, warm_up=self.warm_up,
-                                 options=self.options)  # fmt: skip
+            self._engine = spawn(self.name, self.model, warm_up=self.warm_up, options=self.options)
         except BaseException as exc:  # re-raised in the caller's thread by engine()
             self._error = exc
         finally:

@@ -65,8 +65,9 @@ class ProcessStt:
             except (BrokenPipeError, ValueError, OSError):
                 line = b""
         if not line:
-            raise EngineError("the speech recognizer's process ended",
-                              hint=f"exit status {self.process.poll()}")  # fmt: skip
+            raise EngineError(
+                "the speech recognizer's process ended", hint=f"exit status {self.process.poll()}"
+            )
         reply = json.loads(line)
         if "message" in reply:
             raise error_from_reply(reply)
@@ -93,13 +94,17 @@ def spawn(name: str, model: str, *, warm_up: bool, options: dict[str, Any]) -> P
     config = {"name": name, "model": model, "warm_up": warm_up, "options": options}
     process = subprocess.Popen(
         [sys.executable, "-m", "vocal.hearing.stt_process", json.dumps(config)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-    )  # fmt: skip
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
-        reply = json.loads(line) if line else {"message": "the speech recognizer's process "
-                                                          "ended while loading"}  # fmt: skip
+        reply = (
+            json.loads(line)
+            if line
+            else {"message": "the speech recognizer's process ended while loading"}
+        )
         if "message" in reply:
             raise error_from_reply(reply)
         return ProcessStt(process, reply["ready"])
@@ -167,11 +172,16 @@ def serve(config: dict[str, Any], requests: IO[bytes], replies: IO[bytes]) -> No
         except Exception as exc:
             _send(replies, _failure(exc, "transcription"))
             continue
-        _send(replies, {
-            "text": transcript.text, "language": transcript.language,
-            "duration_s": transcript.duration_s, "transcribe_s": transcript.transcribe_s,
-            "segments": transcript.segments,
-        })  # fmt: skip
+        _send(
+            replies,
+            {
+                "text": transcript.text,
+                "language": transcript.language,
+                "duration_s": transcript.duration_s,
+                "transcribe_s": transcript.transcribe_s,
+                "segments": transcript.segments,
+            },
+        )
 
 
 def main() -> None:

@@ -89,8 +89,11 @@ class EngineProbe:
         code = "import sys; from vocal.ops.doctor import probe_main; probe_main(sys.argv[1:])"
         self._process = subprocess.Popen(
             [sys.executable, "-c", code, *args],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            text=True,
+        )
 
     def result(self) -> dict[str, Any]:
         """{"import_error": str | None, "import_s": float, "model_dir": str | None,
@@ -159,8 +162,9 @@ def run_checks(options: DoctorOptions = DoctorOptions()) -> list[Check]:
     checks.append(backend)
     devices, default_input = check_devices(settings, portaudio)
     checks.append(devices)
-    checks.append(guarded("microphone", check_microphone, settings, default_input,
-                          options.listen_s))  # fmt: skip
+    checks.append(
+        guarded("microphone", check_microphone, settings, default_input, options.listen_s)
+    )
     checks.append(guarded("headphones", check_output_kind))
     checks.append(guarded("echo profile", check_kept_echo, settings))
     checks.append(guarded("state directory", check_state_dir, settings.home))
@@ -206,9 +210,12 @@ def check_audio_backend() -> tuple[Check, bool]:
     at = f" {described}" if described else ""
     if not server:
         return Check(
-            "audio backend", FAIL, f"{detail}; the sound server does not answer (pactl info){at}",
-            fix=SOUND_SERVER_FIX, data=data,
-        ), True  # fmt: skip
+            "audio backend",
+            FAIL,
+            f"{detail}; the sound server does not answer (pactl info){at}",
+            fix=SOUND_SERVER_FIX,
+            data=data,
+        ), True
     return Check("audio backend", OK, f"{detail}; sound server {server}{at}", data=data), True
 
 
@@ -278,24 +285,28 @@ def check_microphone(settings: Settings, device: DeviceInfo | None, listen_s: fl
         _, source = pulse_endpoints()
         if source and source.endswith(".monitor"):
             return Check(
-                "microphone", WARN,
+                "microphone",
+                WARN,
                 f"digital silence for {seconds}: the input is {source}, a speaker's monitor "
                 "(a loopback), silent until something plays",
                 fix="fine for tests and a server; for a person, pick a real microphone "
                 "(`vocal devices`, input_device in config.toml, or the system's default source)",
-            )  # fmt: skip
+            )
         return Check(
-            "microphone", FAIL,
+            "microphone",
+            FAIL,
             f"the microphone gives digital silence (all-zero buffers for {seconds}): "
             "muted, or no permission",
             fix=MIC_PERMISSION_FIX,
-        )  # fmt: skip
+        )
     level = f"peak {db(peak):.0f} dBFS, rms {db(rms):.0f} dBFS over {seconds}"
     if peak < QUIET_PEAK:
         return Check(
-            "microphone", WARN, f"live but very quiet ({level})",
+            "microphone",
+            WARN,
+            f"live but very quiet ({level})",
             fix="raise the input level, or move closer; speech should peak above -40 dBFS",
-        )  # fmt: skip
+        )
     return Check("microphone", OK, level)
 
 
@@ -335,9 +346,10 @@ def check_output_kind() -> Check:
         return Check("headphones", OK, f"speakers{where}: echo cancellation on (aec auto)")
     reason = f": {found.detail}" if found.detail else ""
     return Check(
-        "headphones", OK,
+        "headphones",
+        OK,
         f"unknown output kind{where}{reason}; echo cancellation on (aec auto)",
-    )  # fmt: skip
+    )
 
 
 def check_state_dir(home: Path) -> Check:
@@ -355,19 +367,22 @@ def check_state_dir(home: Path) -> Check:
     except OSError as exc:
         reason = exc.strerror or str(exc)
         return Check(
-            "state directory", FAIL, f"{home} is not writable ({reason})",
+            "state directory",
+            FAIL,
+            f"{home} is not writable ({reason})",
             fix=f"make it writable (`chmod u+rwx {home}`) or set VOCAL_HOME to a directory you own",
-        )  # fmt: skip
+        )
     problem = state_dir_problem(home)
     if problem:
         return Check("state directory", FAIL, problem, fix=state_dir_fix(home))
     exposed = _exposed_state(home)
     if exposed:
         return Check(
-            "state directory", WARN,
+            "state directory",
+            WARN,
             f"other users can read {', '.join(exposed)} in {home}: it holds what was said",
             fix=state_dir_fix(home),
-        )  # fmt: skip
+        )
     return Check("state directory", OK, f"{home} is writable and private")
 
 
@@ -381,12 +396,12 @@ def check_quarantine(home: Path) -> Check:
         return Check("state files", OK, "none malformed")
     names = ", ".join(str(p.relative_to(home)) for p in found[-3:])
     return Check(
-        "state files", WARN,
+        "state files",
+        WARN,
         f"{len(found)} malformed state file(s) set aside and ignored ({names}); "
         f"reasons in {home / 'logs' / 'statefiles.log'}",
-        fix="nothing is needed: vocal carries on without them; delete the *.bad-* files "
-        "once read",
-    )  # fmt: skip
+        fix="nothing is needed: vocal carries on without them; delete the *.bad-* files once read",
+    )
 
 
 def _exposed_state(home: Path) -> list[str]:
@@ -416,8 +431,10 @@ def check_conch(settings: Settings) -> Check:
     holder = state.holder
     who = holder.session + (f" ({holder.agent})" if holder.agent else "")
     return Check(
-        "conch", OK, f"held by {who} for {time.time() - holder.acquired_at:.0f} s{waiting}",
-    )  # fmt: skip
+        "conch",
+        OK,
+        f"held by {who} for {time.time() - holder.acquired_at:.0f} s{waiting}",
+    )
 
 
 def check_engines(stt_engine: str, results: dict[str, dict[str, Any]]) -> list[Check]:
@@ -430,11 +447,9 @@ def check_engines(stt_engine: str, results: dict[str, dict[str, Any]]) -> list[C
     for engine, hints in ((stt_engine, STT_HINTS), ("hibari", TTS_HINTS)):
         result = results[engine]
         if result.get("import_error"):
-            checks.append(Check(
-                f"engine {engine}", FAIL, f"does not import: {result['import_error']}",
-                fix=hints.get(engine)
-                or f"set stt_engine to auto or one of {', '.join(STT_ENGINES)}",
-            ))  # fmt: skip
+            failure = f"does not import: {result['import_error']}"
+            fix = hints.get(engine) or f"set stt_engine to auto or one of {', '.join(STT_ENGINES)}"
+            checks.append(Check(f"engine {engine}", FAIL, failure, fix=fix))
         else:
             checks.append(Check(f"engine {engine}", OK, f"imports in {result['import_s']:.2f} s"))
     path = shutil.which("espeak-ng")
@@ -461,11 +476,11 @@ def check_models(model: str, stt_engine: str, result: dict[str, Any]) -> list[Ch
         return checks
     name = f"model {model} (configured)"
     if result.get("model_error"):
-        checks.append(Check(
-            name, FAIL, result["model_error"],
-            fix="`vocal setup --model NAME` fetches a model; or set stt_model (config.toml, "
-            "VOCAL_STT_MODEL) to an existing model directory or to tiny.en",
-        ))  # fmt: skip
+        fix = (
+            "`vocal setup --model NAME` fetches a model; or set stt_model (config.toml, "
+            "VOCAL_STT_MODEL) to an existing model directory or to tiny.en"
+        )
+        checks.append(Check(name, FAIL, result["model_error"], fix=fix))
     elif result.get("model_dir"):
         checks.append(Check(name, OK, result["model_dir"]))
     elif result.get("import_error"):

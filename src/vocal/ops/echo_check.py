@@ -1,7 +1,7 @@
 """`vocal doctor --echo`: play a probe, measure this device pair's echo, keep the profile.
 
-The measurement is `vocal.duplex.echo_probe.measure_echo`; the profile it leaves
-(`vocal.duplex.echo_profile`) is what `converse --aec auto` reads: the delay for the
+The measurement is `vocal.duplex.measure.probe.measure_echo`; the profile it leaves
+(`vocal.duplex.canceller.profile`) is what `converse --aec auto` reads: the delay for the
 canceller, and the verdict (full duplex fine / use headphones / half-duplex). Plain
 `vocal doctor` says what is kept for the pair, and asks for the measurement where nothing is.
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from vocal.duplex.echo_profile import FULL_DUPLEX, HALF_DUPLEX, HALF_DUPLEX_DB, HEADPHONES
+from vocal.duplex.canceller.profile import FULL_DUPLEX, HALF_DUPLEX, HALF_DUPLEX_DB, HEADPHONES
 from vocal.errors import VocalError
 from vocal.ops.check import FAIL, OK, WARN, Check
 
 if TYPE_CHECKING:
     from vocal.config import Settings
-    from vocal.duplex.echo_probe import EchoMeasurement
+    from vocal.duplex.measure.probe import EchoMeasurement
 
 #: A drift worth telling a person about: a USB or Bluetooth output on its own clock (two clocks
 #: on one card agree within a few ppm).
@@ -32,25 +32,30 @@ _FIXES = {
 }
 #: What a pair with no judged profile is told (the measurement plays an audible probe, so
 #: plain `vocal doctor` never runs it itself).
-MEASURE_FIX = ("run `vocal doctor --echo` (about 10 s, plays a noise probe): `converse --aec "
-               "auto` then starts the canceller at the measured delay, and speaks half-duplex "
-               "where the echo is too strong to cancel")  # fmt: skip
+MEASURE_FIX = (
+    "run `vocal doctor --echo` (about 10 s, plays a noise probe): `converse --aec "
+    "auto` then starts the canceller at the measured delay, and speaks half-duplex "
+    "where the echo is too strong to cancel"
+)
 
 
 def check_echo(settings: Settings, *, save: bool = True) -> Check:
     """Measure the echo of the output and input vocal uses and keep the profile (`save`).
     The check carries the measurement in `data` (for `--json`)."""
     from vocal.audio.endpoints import device_pair
-    from vocal.duplex.echo_probe import measure_echo
-    from vocal.duplex.echo_profile import save_profile
+    from vocal.duplex.canceller.profile import save_profile
+    from vocal.duplex.measure.probe import measure_echo
 
     output, input = device_pair(settings.output_device, settings.input_device)
     rate = reply_sample_rate(settings)
     try:
-        measured = measure_echo(output=output, input=input,
-                                output_device=settings.output_device,
-                                input_device=settings.input_device,
-                                sample_rate=rate)  # fmt: skip
+        measured = measure_echo(
+            output=output,
+            input=input,
+            output_device=settings.output_device,
+            input_device=settings.input_device,
+            sample_rate=rate,
+        )
     except VocalError as exc:
         return Check("echo", FAIL, str(exc), fix=exc.hint or "run `vocal doctor` first")
     data: dict[str, object] = {**measured.to_dict(), "probe_sample_rate": rate}
@@ -64,7 +69,7 @@ def reply_sample_rate(settings: Settings) -> int:
     """The rate the configured voice's replies play at, which the probe plays at: the output's
     buffering, and with it the echo's delay, depends on the stream's rate (the plain loopback:
     52 ms at 16 kHz, 35 ms at hibari's 24 kHz, 39.5 ms at espeak-ng's 22.05 kHz)."""
-    from vocal.duplex.echo_probe import CAPTURE_SAMPLE_RATE
+    from vocal.duplex.measure.probe import CAPTURE_SAMPLE_RATE
     from vocal.speaking.engine import resolve_voice
     from vocal.tts import engine_class
 
@@ -80,7 +85,7 @@ def check_kept_echo(settings: Settings, *, now_s: float | None = None) -> Check:
     last two warn: without a verdict every turn keeps barge-in however strong the echo."""
     from vocal.audio.endpoints import device_pair
     from vocal.audio.headphones import aec_wanted
-    from vocal.duplex.echo_profile import load_profile
+    from vocal.duplex.canceller.profile import load_profile
 
     use_aec, detection = aec_wanted(settings.aec)
     if not (use_aec and settings.barge_in):
@@ -93,19 +98,31 @@ def check_kept_echo(settings: Settings, *, now_s: float | None = None) -> Check:
         profile = load_profile(settings.home, output, input)
     except OSError as exc:  # a state directory this user cannot reach: its own check says how
         reason = exc.strerror or type(exc).__name__
-        return Check("echo profile", WARN, f"{pair}: what was kept cannot be read ({reason})",
-                     fix="see the state directory's check")  # fmt: skip
+        return Check(
+            "echo profile",
+            WARN,
+            f"{pair}: what was kept cannot be read ({reason})",
+            fix="see the state directory's check",
+        )
     if profile is None:
         return Check("echo profile", WARN, f"{pair}: not measured", fix=MEASURE_FIX)
     age = _age(time.time() if now_s is None else now_s, profile.measured_at)
     delay = f"echo delay {profile.delay_ms:.0f} ms"
     if profile.verdict is None:
-        return Check("echo profile", WARN, f"{pair}: {delay} learnt by a turn {age}, not judged",
-                     fix=MEASURE_FIX)  # fmt: skip
+        return Check(
+            "echo profile",
+            WARN,
+            f"{pair}: {delay} learnt by a turn {age}, not judged",
+            fix=MEASURE_FIX,
+        )
     reduction = "" if profile.reduction_db is None else f", cancelled {profile.reduction_db:.0f} dB"
     status = OK if profile.verdict == FULL_DUPLEX else WARN
-    return Check("echo profile", status, f"{pair}: {profile.verdict} ({delay}{reduction}), "
-                 f"updated {age}", fix=_FIXES.get(profile.verdict))  # fmt: skip
+    return Check(
+        "echo profile",
+        status,
+        f"{pair}: {profile.verdict} ({delay}{reduction}), updated {age}",
+        fix=_FIXES.get(profile.verdict),
+    )
 
 
 def _age(now_s: float, then_s: float) -> str:
@@ -134,8 +151,9 @@ def describe(measured: EchoMeasurement) -> str:
     # What went wrong in the streams, then how the echo's delay moved: each its own clause.
     clauses = []
     if measured.underflows or measured.overflows:
-        clauses.append(f"{measured.underflows} output underflows, "
-                       f"{measured.overflows} input overflows")  # fmt: skip
+        clauses.append(
+            f"{measured.underflows} output underflows, {measured.overflows} input overflows"
+        )
     moves = []
     if abs(measured.drift_ppm) >= NOTABLE_DRIFT_PPM:
         moves.append(f"the output's clock drifts {measured.drift_ppm:+.0f} ppm")

@@ -82,9 +82,15 @@ class TeardownReport:
     not_stopped: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"dry_run": self.dry_run, "stopped": self.stopped, "removed": self.removed,
-                "kept": self.kept, "hooks": self.hooks, "left": self.left,
-                "not_stopped": self.not_stopped}  # fmt: skip
+        return {
+            "dry_run": self.dry_run,
+            "stopped": self.stopped,
+            "removed": self.removed,
+            "kept": self.kept,
+            "hooks": self.hooks,
+            "left": self.left,
+            "not_stopped": self.not_stopped,
+        }
 
 
 # -- whose directory ---------------------------------------------------------------------------
@@ -248,10 +254,15 @@ def running(settings: Settings) -> list[dict[str, Any]]:
     from vocal.floor.control import endpoints
 
     found = [
-        {"pid": e.pid, "how": "control", "kind": e.kind, "endpoint": e,
-         "verified": verified({"pid": e.pid, "pid_start": e.pid_start})}
+        {
+            "pid": e.pid,
+            "how": "control",
+            "kind": e.kind,
+            "endpoint": e,
+            "verified": verified({"pid": e.pid, "pid_start": e.pid_start}),
+        }
         for e in endpoints(settings.run_dir)
-    ]  # fmt: skip
+    ]
     holder = read_json(settings.conch_dir / "holder.json")
     if isinstance(holder, dict) and type(holder.get("pid")) is int:
         pid = holder["pid"]
@@ -294,11 +305,19 @@ def stop_running(
     deadline = time.monotonic() + wait_s
     while any(pid_alive(p["pid"]) for p in asked) and time.monotonic() < deadline:
         time.sleep(0.05)
-    stopped = [{"pid": p["pid"], "how": p["how"], "kind": p["kind"],
-                "exited": not pid_alive(p["pid"])} for p in asked]  # fmt: skip
-    not_stopped = [{"pid": p["pid"], "how": p["how"], "kind": p["kind"],
-                    "why": "not verified as the recorded vocal process"}
-                   for p in refused]  # fmt: skip
+    stopped = [
+        {"pid": p["pid"], "how": p["how"], "kind": p["kind"], "exited": not pid_alive(p["pid"])}
+        for p in asked
+    ]
+    not_stopped = [
+        {
+            "pid": p["pid"],
+            "how": p["how"],
+            "kind": p["kind"],
+            "why": "not verified as the recorded vocal process",
+        }
+        for p in refused
+    ]
     return stopped, not_stopped
 
 
@@ -330,8 +349,13 @@ def _remove_hooks(report: TeardownReport, project_dir: Path | None) -> None:
             report.hooks.append(found.to_dict())
 
 
-def teardown(settings: Settings, *, all_: bool = False, dry_run: bool = False,
-             project_dir: Path | None = None) -> TeardownReport:  # fmt: skip
+def teardown(
+    settings: Settings,
+    *,
+    all_: bool = False,
+    dry_run: bool = False,
+    project_dir: Path | None = None,
+) -> TeardownReport:
     """Stop, then remove (see the module docstring); `dry_run` only says what it would do.
 
     Raises `UsageError` before doing anything when the state directory is not vocal's.

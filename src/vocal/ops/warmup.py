@@ -100,8 +100,14 @@ def start_detached(settings: Settings, engine: str | None = None) -> subprocess.
 
     ensure_private_dir(settings.log_dir)  # vocal's logs: 0700 (issue 37)
     with open(settings.log_dir / "warmup.log", "ab") as log:
-        return subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=log, start_new_session=True, close_fds=True)  # fmt: skip
+        return subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
 
 
 __all__ = ["WarmStep", "warm_up", "start_detached"]

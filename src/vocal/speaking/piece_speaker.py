@@ -87,8 +87,7 @@ class PieceSpeaker:
                 and ":" not in wanted
                 and voice != wanted
             )
-            self._voice = (name, voice, wanted if stored else voice,
-                           engine_class(name).sample_rate)  # fmt: skip
+            self._voice = (name, voice, wanted if stored else voice, engine_class(name).sample_rate)
         return self._voice
 
     def _engine_source(self) -> Any:
@@ -113,10 +112,17 @@ class PieceSpeaker:
         if self.should_stop():
             return "superseded", None
         name, _voice, shown, rate = self._resolved()
-        speech = Speech(self._engine_source(), utterances, engine_name=name, voice=shown,
-                        sample_rate=rate, speed=self.options.speed or self.settings.speed,
-                        check=self.options.check, report=self.report,
-                        sentence_pause_s=self.settings.sentence_pause_ms / 1000)  # fmt: skip
+        speech = Speech(
+            self._engine_source(),
+            utterances,
+            engine_name=name,
+            voice=shown,
+            sample_rate=rate,
+            speed=self.options.speed or self.settings.speed,
+            check=self.options.check,
+            report=self.report,
+            sentence_pause_s=self.settings.sentence_pause_ms / 1000,
+        )
         writer = None
         if self.options.record:
             writer = HistoryWriter(None, speech._utterances, shown, rate)
@@ -135,7 +141,7 @@ class PieceSpeaker:
                         use_conch=self.options.use_conch,
                         warm_audio=False,
                         status=self.report or (lambda _m: None),
-                    )  # fmt: skip
+                    )
                 )
             turn = self._turn
             turn_outcome.session = turn.session
@@ -152,9 +158,17 @@ class PieceSpeaker:
             if writer is not None:
                 writer.turn = turn
             back = play_in_turn(
-                speech, turn, turn_outcome, rate, self.gain, self.options, self.settings, None,
-                writer, should_stop=self.should_stop,
-            )  # fmt: skip
+                speech,
+                turn,
+                turn_outcome,
+                rate,
+                self.gain,
+                self.options,
+                self.settings,
+                None,
+                writer,
+                should_stop=self.should_stop,
+            )
             if writer is not None:
                 turn_outcome.utterance_ids = list(writer.ids)
             turn.check()
@@ -163,9 +177,13 @@ class PieceSpeaker:
             speech.stop()
             speech.join(2.0)
             raise
-        status = {"finished": "read", "replayed": "read", "skipped": "skipped",
-                  "stopped": "stopped", "superseded": "superseded"}.get(
-                      turn_outcome.outcome, turn_outcome.outcome)  # fmt: skip
+        status = {
+            "finished": "read",
+            "replayed": "read",
+            "skipped": "skipped",
+            "stopped": "stopped",
+            "superseded": "superseded",
+        }.get(turn_outcome.outcome, turn_outcome.outcome)
         if status == "read" and not speech.result.played:
             status = "empty"  # every sentence failed the speech check, or nothing was left
         return status, speech.result.to_dict()
@@ -213,11 +231,19 @@ def speak_piece(
         return PieceOutcome("muted", message, piece, final, arrived_at_s=now, finished_at_s=now)
     gain = gates.gain if gain is None else gain
     board = MessageBoard(settings.run_dir, settings.session, log_dir=settings.log_dir)
-    speaker = PieceSpeaker(options, settings, gain=gain, report=report,
-                           should_stop=lambda: board.superseded(message))  # fmt: skip
+    speaker = PieceSpeaker(
+        options, settings, gain=gain, report=report, should_stop=lambda: board.superseded(message)
+    )
     try:
-        return run_piece(board, message, piece, text, final=final, read=speaker.read,
-                         timeout_s=settings.piece_timeout_s)  # fmt: skip
+        return run_piece(
+            board,
+            message,
+            piece,
+            text,
+            final=final,
+            read=speaker.read,
+            timeout_s=settings.piece_timeout_s,
+        )
     finally:
         speaker.close()
 

@@ -28,11 +28,13 @@ class TurnOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "outcome": self.outcome, "session": self.session, "seq": self.seq,
+            "outcome": self.outcome,
+            "session": self.session,
+            "seq": self.seq,
             "waited_s": round(self.waited_s, 4) if self.waited_s is not None else None,
             "position_on_arrival": self.position_on_arrival,
             "utterance_ids": self.utterance_ids,
-        }  # fmt: skip
+        }
 
 
 # -- results -------------------------------------------------------------------------------------
@@ -59,12 +61,15 @@ class SentenceRecord:
 
     def to_dict(self, sample_rate: int) -> dict[str, Any]:
         return {
-            "index": self.index, "utterance": self.utterance, "text": self.text,
+            "index": self.index,
+            "utterance": self.utterance,
+            "text": self.text,
             "synth_ms": round(self.synth_s * 1000, 1),
             "audio_s": round(self.frames / sample_rate, 3),
-            "start_frame": self.start_frame, "played": self.played,
+            "start_frame": self.start_frame,
+            "played": self.played,
             "failed_check": self.failed_check,
-        }  # fmt: skip
+        }
 
 
 @dataclass

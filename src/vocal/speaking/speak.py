@@ -140,11 +140,17 @@ def speak(
     stored = name == "chatterbox" and wanted is not None and ":" not in wanted and voice != wanted
     shown = wanted if stored else voice
     speech = Speech(
-        engine_loader(name, voice, settings), utterances, engine_name=name, voice=shown,
-        sample_rate=rate, speed=options.speed or settings.speed, check=options.check,
-        report=report, started_at_s=started_at_s,
+        engine_loader(name, voice, settings),
+        utterances,
+        engine_name=name,
+        voice=shown,
+        sample_rate=rate,
+        speed=options.speed or settings.speed,
+        check=options.check,
+        report=report,
+        started_at_s=started_at_s,
         sentence_pause_s=settings.sentence_pause_ms / 1000,
-    )  # fmt: skip
+    )
     if options.output is not None:  # a file is not the speaker: no floor, no history
         return _speak_to_file(speech, rate, options, on_start)
     return _speak_in_turn(speech, name, shown, rate, gain, options, settings, report, on_start)
@@ -216,9 +222,10 @@ class HistoryWriter:
                 self._number = record.utterance
                 assert self.turn is not None, "bound to its turn before any output"
                 self._recording = self.turn.begin_utterance(
-                    text=self.utterances[record.utterance], voice=self.voice,
+                    text=self.utterances[record.utterance],
+                    voice=self.voice,
                     sample_rate=self.rate,
-                )  # fmt: skip
+                )
                 self.ids.append(self._recording.utterance.id)
             assert self._recording is not None
             self._recording.append(samples)
@@ -261,8 +268,14 @@ def _speak_in_turn(
     from vocal.floor.turn import Turn
 
     try:
-        with Turn(settings, kind="speak", voice=shown, use_conch=options.use_conch,
-                  warm_audio=False, status=report or (lambda _m: None)) as turn:  # fmt: skip
+        with Turn(
+            settings,
+            kind="speak",
+            voice=shown,
+            use_conch=options.use_conch,
+            warm_audio=False,
+            status=report or (lambda _m: None),
+        ) as turn:
             mark("floor_taken")
             held = turn.held
             turn_outcome.session = turn.session
@@ -277,8 +290,9 @@ def _speak_in_turn(
                 return speech.result
             if writer is not None:
                 writer.turn = turn
-            back = play_in_turn(speech, turn, turn_outcome, rate, gain, options, settings,
-                                 on_start, writer)  # fmt: skip
+            back = play_in_turn(
+                speech, turn, turn_outcome, rate, gain, options, settings, on_start, writer
+            )
             if writer is not None:
                 turn_outcome.utterance_ids = list(writer.ids)
             turn.check()  # the floor was lost: exit 3 (the output was silenced at once)
@@ -297,15 +311,25 @@ def _speak_in_turn(
     return result
 
 
-def replay_back(turn: Turn, back: Utterance | None, turn_outcome: TurnOutcome, gain: float | None,
-                 options: SpeakOptions, settings: Settings) -> None:  # fmt: skip
+def replay_back(
+    turn: Turn,
+    back: Utterance | None,
+    turn_outcome: TurnOutcome,
+    gain: float | None,
+    options: SpeakOptions,
+    settings: Settings,
+) -> None:
     """skip_back: the history walk chose an utterance (the first press: this one); play its
     PCM in this turn, where further skip_backs step on."""
     if back is None:
         return
-    replayed = turn.play(back.audio(), record=False, utterance=back,
-                         device=options.device or settings.output_device,
-                         volume=1.0 if gain is None else gain)  # fmt: skip
+    replayed = turn.play(
+        back.audio(),
+        record=False,
+        utterance=back,
+        device=options.device or settings.output_device,
+        volume=1.0 if gain is None else gain,
+    )
     turn_outcome.utterance_ids += [i for i in replayed.played_ids if i is not None]
 
 
@@ -329,9 +353,11 @@ def play_in_turn(
     try:
         # turn.guard_block silences the output in the audio callback once the floor is lost.
         output = open_speech_player(
-            rate, device=options.device or settings.output_device,
-            volume=1.0 if gain is None else gain, observers=(turn.guard_block,),
-        )  # fmt: skip
+            rate,
+            device=options.device or settings.output_device,
+            volume=1.0 if gain is None else gain,
+            observers=(turn.guard_block,),
+        )
     except BaseException as exc:
         speech.fail(exc)
         speech.join(2.0)
@@ -356,9 +382,12 @@ def play_in_turn(
                     speech.stop()
                 continue
             if event.cmd in ("stop", "lost", "skip_forward", "skip_back"):
-                turn_outcome.outcome = {"stop": "stopped", "lost": "lost",
-                                        "skip_forward": "skipped",
-                                        "skip_back": "replayed"}[event.cmd]  # fmt: skip
+                turn_outcome.outcome = {
+                    "stop": "stopped",
+                    "lost": "lost",
+                    "skip_forward": "skipped",
+                    "skip_back": "replayed",
+                }[event.cmd]
                 back = event.utterance if event.cmd == "skip_back" else None
                 speech.stop()
         speech.wait()

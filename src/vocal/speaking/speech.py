@@ -215,13 +215,20 @@ class Speech:
     def status(self) -> dict[str, Any]:
         """A snapshot for a control channel."""
         now = self.current()
+        if self._stop.is_set():
+            state = "stopped"
+        elif self.done:
+            state = "done"
+        elif self.paused:
+            state = "paused"
+        else:
+            state = "speaking"
         return {
-            "state": "stopped" if self._stop.is_set() else "done" if self.done
-            else "paused" if self.paused else "speaking",
+            "state": state,
             "sentence": now.index if now else None,
             "text": now.text if now else None,
             "sentences": len(self.result.sentences),
-        }  # fmt: skip
+        }
 
     def wait(self, timeout_s: float | None = None) -> SpeechResult:
         """Block until everything has played (or `stop`); raise the worker's error if any.
@@ -319,8 +326,10 @@ class Speech:
                     reason = check_speech(samples, engine.sample_rate) if self.check else None
                     if reason is not None:
                         record.failed_check = reason
-                        self.report(f"sentence {record.index + 1} failed the speech check "
-                                    f"({reason}), not played: {sentence[:60]!r}")  # fmt: skip
+                        self.report(
+                            f"sentence {record.index + 1} failed the speech check "
+                            f"({reason}), not played: {sentence[:60]!r}"
+                        )
                         continue
                     if self.sentence_pause_s is not None:
                         last = last_utterance and position == len(sentences) - 1

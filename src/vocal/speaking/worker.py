@@ -151,8 +151,7 @@ def start(*, engine: str | None = None, voice: str | None = None) -> None:
             os.close(request_write)
             os.close(reply_read)
             _detach(parent_pid, keep=(request_read, reply_write))
-            with os.fdopen(request_read, "rb") as requests, \
-                    os.fdopen(reply_write, "wb") as replies:  # fmt: skip
+            with os.fdopen(request_read, "rb") as requests, os.fdopen(reply_write, "wb") as replies:
                 _serve(requests, replies, engine, voice)
             code = 0
         finally:
@@ -240,8 +239,9 @@ def _detach(parent_pid: int, keep: tuple[int, int]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _serve(requests: BinaryIO, replies: BinaryIO, engine_name: str | None,
-           voice_name: str | None) -> None:  # fmt: skip
+def _serve(
+    requests: BinaryIO, replies: BinaryIO, engine_name: str | None, voice_name: str | None
+) -> None:
     def reply(message: dict[str, Any], payload: bytes = b"") -> None:
         replies.write(json.dumps(message).encode() + b"\n" + payload)
         replies.flush()
@@ -265,8 +265,12 @@ def _serve(requests: BinaryIO, replies: BinaryIO, engine_name: str | None,
             message = f"{engine.name} failed: {type(exc).__name__}: {exc}"
             reply({"message": message, "exit_code": EngineError.exit_code})
             continue
-        reply({"frames": int(samples.shape[0]), "started_at_s": started_at_s,
-               "at_s": time.monotonic()}, samples.tobytes())  # fmt: skip
+        header = {
+            "frames": int(samples.shape[0]),
+            "started_at_s": started_at_s,
+            "at_s": time.monotonic(),
+        }
+        reply(header, samples.tobytes())
         if not stepped_back:
             stepped_back = _step_back()
 
@@ -310,8 +314,14 @@ def _guess_engine(reply: Any, engine_name: str | None, voice_name: str | None) -
     except Exception:
         reply({"loaded": False})
         return None
-    reply({"loaded": True, "sample_rate": engine.sample_rate, "voice": engine.voice,
-           "at_s": time.monotonic()})  # fmt: skip
+    reply(
+        {
+            "loaded": True,
+            "sample_rate": engine.sample_rate,
+            "voice": engine.voice,
+            "at_s": time.monotonic(),
+        }
+    )
     return engine
 
 

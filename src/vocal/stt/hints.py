@@ -63,8 +63,12 @@ class Hints:
     prompt: bool = True
 
     def to_dict(self) -> dict[str, object]:
-        return {"text": self.text, "source": self.source, "prompt": self.prompt,
-                "names": list(self.names)}  # fmt: skip
+        return {
+            "text": self.text,
+            "source": self.source,
+            "prompt": self.prompt,
+            "names": list(self.names),
+        }
 
 
 def distinctive(word: str) -> bool:
@@ -136,8 +140,14 @@ def read_hints(value: str) -> tuple[str, str]:
 def _git(args: list[str], cwd: Path) -> str | None:
     """`git ARGS` in `cwd`: its output, or None when git is missing, fails or is slow."""
     try:
-        result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                                timeout=GIT_TIMEOUT_S, check=False)  # fmt: skip
+        result = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return result.stdout if result.returncode == 0 else None
@@ -151,9 +161,11 @@ def worked_on_files(cwd: Path) -> list[Path]:
         return []
     root = Path(top.strip())
     names: list[str] = []
-    for args in (["diff", "--name-only", "HEAD"],
-                 ["ls-files", "--others", "--exclude-standard"],
-                 ["log", f"-{RECENT_COMMITS}", "--name-only", "--format="]):  # fmt: skip
+    for args in (
+        ["diff", "--name-only", "HEAD"],
+        ["ls-files", "--others", "--exclude-standard"],
+        ["log", f"-{RECENT_COMMITS}", "--name-only", "--format="],
+    ):
         names.extend((_git(args, root) or "").split("\n"))
     seen: dict[str, None] = dict.fromkeys(n.strip() for n in names if n.strip())
     files = [root / name for name in seen]

@@ -70,8 +70,11 @@ class EspeakEngine(TtsEngine):
         # Ask espeak-ng itself: it knows its voices, variants and mbrola voices that lack data.
         probe = subprocess.run(
             [self._binary, "-q", "-v", self.voice, "x"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
         if probe.returncode != 0 or "Error:" in probe.stderr:
             raise unknown_voice(self.name, self.voice, self.voice_names())
 
@@ -105,9 +108,12 @@ class EspeakEngine(TtsEngine):
         ]
         try:
             result = subprocess.run(
-                command, input=sentence.encode("utf-8"), capture_output=True, timeout=_TIMEOUT_S,
+                command,
+                input=sentence.encode("utf-8"),
+                capture_output=True,
+                timeout=_TIMEOUT_S,
                 check=False,
-            )  # fmt: skip
+            )
         except subprocess.TimeoutExpired:
             raise EngineError(
                 f"espeak-ng took more than {_TIMEOUT_S:.0f} s for one sentence"

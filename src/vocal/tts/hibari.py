@@ -233,8 +233,13 @@ def cached_g2p(cache_dir: Path, british: bool) -> Any | None:
     g2p = G2P.__new__(G2P)
     g2p.lexicon = Lexicon(_LazyTable(connection, "gold"), _LazyTable(connection, "silver"), british)
     g2p.tokenizer = Tokenizer(_load_json("tokenizer_exceptions.json"))
-    tagger = Tagger({"tagdict": _LazyTable(connection, "tagdict"), "tags": meta.get("tags"),
-                     "weights": _LazyTable(connection, "weights")})  # fmt: skip
+    tagger = Tagger(
+        {
+            "tagdict": _LazyTable(connection, "tagdict"),
+            "tags": meta.get("tags"),
+            "weights": _LazyTable(connection, "weights"),
+        }
+    )
     tagger.vocab = _LazyTable(connection, "vocab")
     g2p.tagger = tagger
     g2p._oov = _LazyOov(british, cache_dir)
@@ -335,8 +340,9 @@ class HibariEngine(TtsEngine):
         zeros = np.zeros((bins, frames), np.float32)
         try:
             f0 = np.zeros(frames, np.float32)
-            self._dsp.synth(zeros, zeros, zeros - 10, zeros - 10, zeros, f0,
-                            np.random.default_rng(0))  # fmt: skip
+            self._dsp.synth(
+                zeros, zeros, zeros - 10, zeros - 10, zeros, f0, np.random.default_rng(0)
+            )
         except Exception:  # a warm-up only: a changed hibari must not stop speech here
             pass
 
@@ -485,9 +491,12 @@ def prime(settings: Any, voice: str | None = None) -> dict[str, Any]:
         cached_session(model, cache_dir)  # writes the optimized ORT copy
         built.append(model.name)
     return {
-        "engine": "hibari", "voice": voice, "cache_dir": str(cache_dir), "built": built,
+        "engine": "hibari",
+        "voice": voice,
+        "cache_dir": str(cache_dir),
+        "built": built,
         "seconds": round(time.monotonic() - started_s, 3),
-    }  # fmt: skip
+    }
 
 
 __all__ = [

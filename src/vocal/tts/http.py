@@ -28,8 +28,19 @@ DEFAULT_TIMEOUT_S = 20.0
 MAX_AUDIO_BYTES = 64 * 1024 * 1024
 OPENAI_URL = "https://api.openai.com/v1"
 #: OpenAI's voices; another compatible server may have others, so only OpenAI's are checked.
-OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx", "sage",
-                 "shimmer", "verse")  # fmt: skip
+OPENAI_VOICES = (
+    "alloy",
+    "ash",
+    "ballad",
+    "coral",
+    "echo",
+    "fable",
+    "nova",
+    "onyx",
+    "sage",
+    "shimmer",
+    "verse",
+)
 #: ElevenLabs' "Rachel", a premade voice every account has.
 ELEVENLABS_DEFAULT_VOICE = "21m00Tcm4TlvDq8ikWAM"
 
@@ -88,8 +99,13 @@ class OpenAiEngine(TtsEngine):
         from vocal.errors import AudioFormatError
 
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
-        payload = {"model": self.model, "input": sentence, "voice": self.voice,
-                   "response_format": "wav", "speed": min(4.0, max(0.25, speed))}  # fmt: skip
+        payload = {
+            "model": self.model,
+            "input": sentence,
+            "voice": self.voice,
+            "response_format": "wav",
+            "speed": min(4.0, max(0.25, speed)),
+        }
         url = urls.endpoint(self.base_url, "audio/speech")
         body = post(url, payload, headers, self.timeout_s, "openai_base_url")
         try:
@@ -135,8 +151,11 @@ class ElevenLabsEngine(TtsEngine):
         import numpy as np
 
         url = f"{self.base_url}/v1/text-to-speech/{self.voice}?output_format=pcm_{self.sample_rate}"
-        payload = {"text": sentence, "model_id": self.model,
-                   "voice_settings": {"speed": min(1.2, max(0.7, speed))}}  # fmt: skip
+        payload = {
+            "text": sentence,
+            "model_id": self.model,
+            "voice_settings": {"speed": min(1.2, max(0.7, speed))},
+        }
         headers = {"xi-api-key": self._key, "Accept": "audio/pcm"}
         body = post(url, payload, headers, self.timeout_s, "elevenlabs_base_url")
         if body[:4] in (b"RIFF", b'{"de', b"<htm") or len(body) < 2:

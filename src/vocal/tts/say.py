@@ -80,19 +80,20 @@ class SayEngine(TtsEngine):
 
         fd, path = tempfile.mkstemp(prefix="vocal-say-", suffix=".wav")
         os.close(fd)
-        command = [
-            self._binary, "-o", path, "--file-format=WAVE",
-            f"--data-format=LEF32@{self.sample_rate}",
-            "-r", str(round(BASE_WORDS_PER_MINUTE * speed)),
-            "-f", "-",
-        ]  # fmt: skip
+        data_format = f"LEF32@{self.sample_rate}"
+        words_per_minute = str(round(BASE_WORDS_PER_MINUTE * speed))
+        command = [self._binary, "-o", path, "--file-format=WAVE", f"--data-format={data_format}"]
+        command += ["-r", words_per_minute, "-f", "-"]  # the sentence comes on stdin
         if self.voice:
             command[1:1] = ["-v", self.voice]
         try:
             result = subprocess.run(
-                command, input=sentence.encode("utf-8"), capture_output=True, timeout=_TIMEOUT_S,
+                command,
+                input=sentence.encode("utf-8"),
+                capture_output=True,
+                timeout=_TIMEOUT_S,
                 check=False,
-            )  # fmt: skip
+            )
             if result.returncode != 0:
                 detail = result.stderr.decode(errors="replace").strip()
                 raise EngineError(f"say failed: {detail or result.returncode}")
