@@ -23,17 +23,17 @@ from harness.conch_audio import wait_until as harness_wait_until
 from harness.runner import run_vocal
 from vocal.config import load_settings
 from vocal.errors import EXIT_CONCH_TIMEOUT
-from vocal.floor.conch import Conch
-from vocal.floor.conch_hold import HoldWatcher
-from vocal.floor.conch_records import ConchBusy, ConchCancelled, Held
+from vocal.floor.conch.hold import HoldWatcher
+from vocal.floor.conch.queue import Conch
+from vocal.floor.conch.records import ConchBusy, ConchCancelled, Held
 from vocal.floor.statefiles import QUARANTINE_MARK
 
 #: A process that takes the floor for argv[1], keeps it renewed as a turn does, prints "held",
 #: and holds it until killed; "lost" if it sees the floor taken.
 HOLDER = """
 import sys, threading, time
-from vocal.floor.conch import Conch
-from vocal.floor.conch_hold import HoldWatcher
+from vocal.floor.conch.queue import Conch
+from vocal.floor.conch.hold import HoldWatcher
 from vocal.config import load_settings
 conch = Conch.from_settings(load_settings())
 held = conch.acquire(session=sys.argv[1])
@@ -472,8 +472,8 @@ def test_cli_bump_give_leave_and_status_when_free() -> None:
 #: seconds (its watcher running, as in a turn), prints "done", then lingers until killed.
 SPEAKER = """
 import sys, time
-from vocal.floor.conch import Conch
-from vocal.floor.conch_hold import HoldWatcher
+from vocal.floor.conch.queue import Conch
+from vocal.floor.conch.hold import HoldWatcher
 from vocal.config import load_settings
 conch = Conch.from_settings(load_settings())
 held = conch.acquire(session=sys.argv[1], timeout_s=30)

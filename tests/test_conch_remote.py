@@ -20,7 +20,7 @@ from harness.runner import run_vocal, start_vocal
 #: command itself is checked with single calls below.
 HEARTBEATS = """
 import sys, time
-from vocal.floor.conch import Conch
+from vocal.floor.conch.queue import Conch
 from vocal.config import load_settings
 conch = Conch.from_settings(load_settings())
 while True:

@@ -31,7 +31,7 @@ from harness.runner import run_vocal, start_vocal
 from harness.sounds import espeak
 from vocal.audio.wav import read_wav, write_wav
 from vocal.config import load_settings
-from vocal.floor.conch import Conch
+from vocal.floor.conch.queue import Conch
 from vocal.floor.control import find_endpoint, send_command
 from vocal.hearing.endofturn import EndOfTurnOptions
 

@@ -129,7 +129,7 @@ def test_bad_names_and_undecodable_files_are_usage_errors(font: Path) -> None:
 @pytest.mark.usefixtures("pulse")
 def test_skipped_while_another_session_holds_the_conch(font: Path) -> None:
     from vocal.config import load_settings
-    from vocal.floor.conch import Conch
+    from vocal.floor.conch.queue import Conch
 
     conch = Conch.from_settings(load_settings())
     held = conch.acquire(session="other-agent", agent="claude")
@@ -215,7 +215,7 @@ def test_the_lean_path_reads_settings_and_files_as_their_owners_do(
 
     from vocal.agents.cues import CONCH_HOLDER_FILE, CONFIG_FILE, CUE_ENV, GATES_FILE
     from vocal.config import CONFIG_FILE_NAME, Settings, env_name, load_settings
-    from vocal.floor.conch import Conch
+    from vocal.floor.conch.queue import Conch
     from vocal.floor.gates import GATES_FILE_NAME
 
     assert GATES_FILE == GATES_FILE_NAME and CONFIG_FILE == CONFIG_FILE_NAME

@@ -43,6 +43,24 @@ def test_a_working_machine_names_the_null_sink_and_exits_0(pulse: PulseSinks) ->
     assert checks["conch"]["detail"] == "free"
 
 
+def test_the_configured_speech_engine_is_the_one_built() -> None:
+    # espeak-ng configured: it is the engine line (built, not just found on PATH), hibari is
+    # not checked at all; hibari configured: it is built, and espeak-ng stays the fallback line.
+    _, checks, stderr = doctor(env={"VOCAL_TTS_ENGINE": "espeak-ng"})
+    assert checks["engine espeak-ng"]["status"] == "ok", stderr
+    assert checks["engine espeak-ng"]["detail"].startswith("loads in ")
+    assert "engine hibari" not in checks
+    _, checks, stderr = doctor(env={"VOCAL_TTS_ENGINE": "hibari"})
+    assert checks["engine hibari"]["status"] == "ok", stderr
+    assert checks["engine hibari"]["detail"].startswith("loads in ")
+    assert checks["engine espeak-ng"]["status"] == "ok"  # the fallback voice, on PATH
+    # An engine that cannot be built fails with its own reason and fix.
+    code, checks, _ = doctor(env={"VOCAL_TTS_ENGINE": "openai", "OPENAI_API_KEY": ""})
+    assert code == 1 and checks["engine openai"]["status"] == "fail"
+    assert checks["engine openai"]["detail"] == "does not load: OPENAI_API_KEY is not set"
+    assert "OPENAI_API_KEY" in checks["engine openai"]["fix"]
+
+
 def test_the_echo_profile_is_asked_for_until_one_is_kept(vocal_home: Path) -> None:
     # The null sink is no headset: echo is cancelled (aec auto), and nothing was measured.
     _, checks, _ = doctor()

@@ -20,7 +20,7 @@ import pytest
 from harness.hostile import run_hostile
 from vocal.audio.wav import Audio
 from vocal.config import load_settings
-from vocal.floor.conch import Conch
+from vocal.floor.conch.queue import Conch
 from vocal.floor.history import History
 from vocal.floor.shown import ELLIPSIS, MAX_SHOWN_CHARS, shown_name
 

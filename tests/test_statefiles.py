@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from harness.runner import run_vocal
-from vocal.floor.conch import Conch
-from vocal.floor.conch_records import ConchBusy, Holder
+from vocal.floor.conch.queue import Conch
+from vocal.floor.conch.records import ConchBusy, Holder
 from vocal.floor.control import endpoints
 from vocal.floor.gates import Gates, gates_path, read_gates, set_muted
 from vocal.floor.history import History
@@ -94,8 +94,8 @@ def contents(valid: dict) -> st.SearchStrategy[bytes]:
 def no_settle_pause(monkeypatch: pytest.MonkeyPatch) -> None:
     """No 0.25 s pause after each bump or quarantined holder (what it is for is checked in
     test_conch_stress.py): thousands of examples would spend minutes asleep."""
-    for module in ("conch", "conch_files", "conch_hold"):  # each reads its own binding
-        monkeypatch.setattr(f"vocal.floor.{module}.BUMP_SETTLE_S", 0.0)
+    for module in ("queue", "files", "hold"):  # each reads its own binding
+        monkeypatch.setattr(f"vocal.floor.conch.{module}.BUMP_SETTLE_S", 0.0)
 
 
 def bad_names(directory: Path) -> list[str]:

@@ -15,8 +15,8 @@ from harness.conch_audio import MonitorRecorder, timeline, tone_wav, wait_until
 from harness.runner import run_vocal, start_vocal
 from vocal.config import load_settings
 from vocal.errors import Interrupted
-from vocal.floor.conch import Conch
-from vocal.floor.conch_records import ConchBusy, ConchLost
+from vocal.floor.conch.queue import Conch
+from vocal.floor.conch.records import ConchBusy, ConchLost
 from vocal.floor.control import endpoints, find_endpoint, send_command
 from vocal.floor.phases import TRANSITIONS, IllegalTransition, TurnPhase, allowed
 from vocal.floor.turn import Turn

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 
 from vocal.config import load_settings
-from vocal.floor.conch import Conch
+from vocal.floor.conch.queue import Conch
 
 
 def floor() -> Conch:

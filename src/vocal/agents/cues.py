@@ -308,7 +308,7 @@ def conch_holder_elsewhere(settings: CueSettings) -> str | None:
     if not os.path.exists(os.path.join(settings.conch_dir, CONCH_HOLDER_FILE)):
         return None  # the usual case, for the cost of a stat: no vocal.floor.conch import (~20 ms)
     from vocal.config import load_settings
-    from vocal.floor.conch import Conch
+    from vocal.floor.conch.queue import Conch
 
     try:
         holder = Conch.from_settings(load_settings(home=settings.home)).status().holder

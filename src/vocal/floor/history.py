@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vocal.config import Settings
 from vocal.errors import UsageError
 from vocal.floor.statefiles import (
     QUARANTINE_MARK,
@@ -49,7 +50,6 @@ if TYPE_CHECKING:
     import numpy as np
 
     from vocal.audio.wav import Audio
-    from vocal.config import Settings
 
 #: The longest utterance kept (longer ones are cut): bounds each entry to
 #: 300 s x sample_rate x 2 bytes (14.4 MB at 24 kHz).
@@ -188,7 +188,7 @@ class Recording:
 class History:
     """The on-disk history of `directory`, keeping the newest `size` utterances."""
 
-    def __init__(self, directory: Path, size: int = 8) -> None:
+    def __init__(self, directory: Path, size: int = Settings.history_size) -> None:
         self.directory = Path(directory)
         self.size = max(1, int(size))  # the issue's minimum: skip_back needs one utterance
         self._ready = False

@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from vocal.errors import Interrupted
-from vocal.floor.conch import Conch
-from vocal.floor.conch_hold import HoldWatcher
-from vocal.floor.conch_records import ConchCancelled, ConchLost, Held, Holder, default_session
+from vocal.floor.conch.hold import HoldWatcher
+from vocal.floor.conch.queue import Conch
+from vocal.floor.conch.records import ConchCancelled, ConchLost, Held, Holder, default_session
 from vocal.floor.control import ControlServer
 from vocal.floor.history import History, Recording, Utterance
 from vocal.floor.phases import IllegalTransition, TurnPhase, allowed

@@ -5,10 +5,10 @@ something is likely to surprise); `fail` (a turn will not work); `skip` (could n
 because an earlier check failed). Every `warn` and `fail` carries the fix. A check that raises
 what it did not expect becomes its own `fail` line (`guarded`), and the report goes on.
 
-The whole run stays around a second: importing the speech engines costs ~0.6-1.1 s each here
-(hibari, faster-whisper), so each is imported in its own child process started first, while the
-parent records half a second from the microphone; a child that proves an engine imports also
-proves the configured model is on disk (offline: HF_HUB_OFFLINE=1, so nothing is downloaded).
+The whole run stays around a second: loading the speech engines costs ~0.6-1.1 s each here
+(hibari, faster-whisper), so each configured engine (`stt_engine`, `tts_engine`) is checked in
+its own child process started first (vocal.ops.engine_probe), while the parent records half a
+second from the microphone.
 
 A microphone that is muted at the system level, or that the OS refuses to the process (macOS
 privacy settings), delivers buffers of exact zeros: that is reported as digital silence, which
@@ -17,10 +17,8 @@ no real microphone produces, and never confused with a quiet room.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from vocal.audio.endpoints import pactl_info, pulse_endpoints
 from vocal.errors import VocalError, debug_wanted
 from vocal.ops.check import FAIL, OK, SKIP, STATUSES, WARN, Check
+from vocal.ops.engine_probe import EngineProbe
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -42,18 +41,9 @@ if TYPE_CHECKING:
 DEFAULT_LISTEN_S = 0.5
 #: Below this peak (-60 dBFS) the microphone is live but hears next to nothing.
 QUIET_PEAK = 0.001
-#: A child process importing an engine: ~1 s here; this only catches a hang.
-PROBE_TIMEOUT_S = 20.0
 #: The microphone must deliver its first block within this (a fresh null sink stalls ~2 s).
 FIRST_BLOCK_TIMEOUT_S = 3.0
 
-#: engine name -> the module whose import proves it is installed.
-ENGINE_MODULES: dict[str, str] = {
-    "faster-whisper": "faster_whisper",
-    "mlx-whisper": "mlx_whisper",
-    "openai": "vocal.stt.openai",  # remote: the standard library only
-    "hibari": "hibari",
-}
 MIC_PERMISSION_FIX = (
     "unmute the microphone and raise its input level (Linux: `pavucontrol`, or `pactl "
     "set-source-mute @DEFAULT_SOURCE@ 0`); on macOS allow your terminal in System Settings > "
@@ -77,65 +67,6 @@ def failed(checks: list[Check]) -> list[Check]:
     return [check for check in checks if check.status == FAIL]
 
 
-# -- the engines' child processes -------------------------------------------------------------
-class EngineProbe:
-    """A child process that imports one engine (and resolves a Whisper model) offline."""
-
-    def __init__(self, engine: str, model: str | None = None) -> None:
-        self.engine = engine
-        self.model = model
-        env = dict(os.environ, HF_HUB_OFFLINE="1")
-        args = [engine] + ([model] if model is not None else [])
-        code = "import sys; from vocal.ops.doctor import probe_main; probe_main(sys.argv[1:])"
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", code, *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            text=True,
-        )
-
-    def result(self) -> dict[str, Any]:
-        """{"import_error": str | None, "import_s": float, "model_dir": str | None,
-        "model_error": str | None}."""
-        try:
-            out, _ = self._process.communicate(timeout=PROBE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.communicate()
-            return {"import_error": f"importing took more than {PROBE_TIMEOUT_S:.0f} s"}
-        try:
-            return json.loads(out.strip().splitlines()[-1])
-        except (IndexError, ValueError):
-            return {"import_error": f"the probe process exited with {self._process.returncode}"}
-
-
-def probe_main(args: list[str]) -> None:
-    """The child's side of `EngineProbe`: print one JSON line about `engine [model]`."""
-    import importlib
-
-    from vocal.hub import first_line
-
-    engine, model = args[0], (args[1] if len(args) > 1 else None)
-    report: dict[str, Any] = {"import_error": None, "model_dir": None, "model_error": None}
-    started = time.perf_counter()
-    try:
-        if engine not in ENGINE_MODULES:
-            raise ImportError(f"unknown engine {engine!r}")
-        importlib.import_module(ENGINE_MODULES[engine])
-    except Exception as exc:  # ImportError, or a broken native library (OSError)
-        report["import_error"] = first_line(exc)
-    report["import_s"] = round(time.perf_counter() - started, 3)
-    if model is not None and engine == "faster-whisper" and report["import_error"] is None:
-        from vocal.stt.faster_whisper import resolve_model_dir
-
-        try:
-            report["model_dir"] = str(resolve_model_dir(model))
-        except VocalError as exc:
-            report["model_error"] = str(exc)
-    print(json.dumps(report), flush=True)
-
-
 # -- the checks -------------------------------------------------------------------------------
 def run_checks(options: DoctorOptions = DoctorOptions()) -> list[Check]:
     """Every check, in the order a person would fix them."""
@@ -155,8 +86,9 @@ def run_checks(options: DoctorOptions = DoctorOptions()) -> list[Check]:
         settings = Settings(home=Path(os.environ.get("VOCAL_HOME") or Settings().home))
 
     stt_engine = default_engine_name() if settings.stt_engine == "auto" else settings.stt_engine
-    # Started first: they import while the microphone records.
-    probes = [EngineProbe(stt_engine, settings.stt_model), EngineProbe("hibari")]
+    # Started first: they load while the microphone records.
+    stt_probe = EngineProbe("stt", stt_engine, settings.stt_model)
+    tts_probe = EngineProbe("tts", settings.tts_engine)
 
     backend, portaudio = check_audio_backend()
     checks.append(backend)
@@ -171,9 +103,9 @@ def run_checks(options: DoctorOptions = DoctorOptions()) -> list[Check]:
     checks.append(guarded("state files", check_quarantine, settings.home))
     checks.append(guarded("conch", check_conch, settings))
     checks.append(guarded("end of turn", check_end_of_turn, settings))
-    results = {probe.engine: probe.result() for probe in probes}
-    checks.extend(check_engines(stt_engine, results))
-    checks.extend(check_models(settings.stt_model, stt_engine, results[stt_engine]))
+    stt_result = stt_probe.result()
+    checks.extend(check_engines(stt_engine, stt_result, settings.tts_engine, tts_probe.result()))
+    checks.extend(check_models(settings.stt_model, stt_engine, stt_result))
     return checks
 
 
@@ -419,7 +351,7 @@ def _exposed_state(home: Path) -> list[str]:
 
 def check_conch(settings: Settings) -> Check:
     """Who holds the floor and who waits (after dropping dead holders and waiters)."""
-    from vocal.floor.conch import Conch
+    from vocal.floor.conch.queue import Conch
 
     try:
         state = Conch.from_settings(settings).status()
@@ -437,21 +369,28 @@ def check_conch(settings: Settings) -> Check:
     )
 
 
-def check_engines(stt_engine: str, results: dict[str, dict[str, Any]]) -> list[Check]:
-    """Speech recognition and synthesis engines import; espeak-ng is on PATH."""
+def check_engines(
+    stt_engine: str, stt_result: dict[str, Any], tts_engine: str, tts_result: dict[str, Any]
+) -> list[Check]:
+    """The configured speech recognition engine imports and the configured synthesis engine
+    loads; espeak-ng, the fallback voice, is on PATH."""
     from vocal.stt import ENGINES as STT_ENGINES
     from vocal.stt import INSTALL_HINTS as STT_HINTS
+    from vocal.tts import ALIASES
+    from vocal.tts import ENGINES as TTS_ENGINES
     from vocal.tts import INSTALL_HINTS as TTS_HINTS
 
-    checks = []
-    for engine, hints in ((stt_engine, STT_HINTS), ("hibari", TTS_HINTS)):
-        result = results[engine]
-        if result.get("import_error"):
-            failure = f"does not import: {result['import_error']}"
-            fix = hints.get(engine) or f"set stt_engine to auto or one of {', '.join(STT_ENGINES)}"
-            checks.append(Check(f"engine {engine}", FAIL, failure, fix=fix))
-        else:
-            checks.append(Check(f"engine {engine}", OK, f"imports in {result['import_s']:.2f} s"))
+    stt_fix = (
+        STT_HINTS.get(stt_engine) or f"set stt_engine to auto or one of {', '.join(STT_ENGINES)}"
+    )
+    tts_name = ALIASES.get(tts_engine.strip().lower(), tts_engine.strip().lower())
+    tts_fix = TTS_HINTS.get(tts_name) or f"set tts_engine to one of {', '.join(TTS_ENGINES)}"
+    checks = [
+        _engine_check(stt_engine, stt_result, "does not import", "imports", stt_fix),
+        _engine_check(tts_name, tts_result, "does not load", "loads", tts_fix),
+    ]
+    if tts_name == "espeak-ng":
+        return checks  # the configured engine: checked above
     path = shutil.which("espeak-ng")
     if path:
         checks.append(Check("engine espeak-ng", OK, path))
@@ -459,6 +398,15 @@ def check_engines(stt_engine: str, results: dict[str, dict[str, Any]]) -> list[C
         fix = TTS_HINTS["espeak-ng"]
         checks.append(Check("engine espeak-ng", WARN, "not on PATH (the fallback voice)", fix))
     return checks
+
+
+def _engine_check(engine: str, result: dict[str, Any], failure: str, ok: str, fix: str) -> Check:
+    """One engine's line from its probe's result; the engine's own hint is the fix if it gave
+    one."""
+    if result.get("import_error"):
+        detail = f"{failure}: {result['import_error']}"
+        return Check(f"engine {engine}", FAIL, detail, fix=result.get("hint") or fix)
+    return Check(f"engine {engine}", OK, f"{ok} in {result['import_s']:.2f} s")
 
 
 def check_models(model: str, stt_engine: str, result: dict[str, Any]) -> list[Check]:
@@ -490,4 +438,4 @@ def check_models(model: str, stt_engine: str, result: dict[str, Any]) -> list[Ch
     return checks
 
 
-__all__ = ["Check", "DoctorOptions", "run_checks", "failed", "STATUSES", "probe_main"]
+__all__ = ["Check", "DoctorOptions", "run_checks", "failed", "STATUSES"]

@@ -58,8 +58,8 @@ from pathlib import Path
 from typing import Any
 
 from vocal.errors import Interrupted, UsageError
-from vocal.floor.conch_hold import ConchHold
-from vocal.floor.conch_records import (
+from vocal.floor.conch.hold import ConchHold
+from vocal.floor.conch.records import (
     BUMP_SETTLE_S,
     HEAD_TICK_S,
     MODES,

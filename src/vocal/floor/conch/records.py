@@ -1,5 +1,5 @@
 """The conch's records and errors: the holder, a waiter, a grant, the state a status shows, and
-their parsers (every record is validated field by field as it is read; see vocal.floor.conch).
+their parsers (every record is validated field by field as it is read; see vocal.floor.conch.queue).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Holding the floor and giving it up (`ConchHold`, the middle of `Conch`), and `HoldWatcher`,
-the thread that keeps a hold alive while a turn runs. See vocal.floor.conch.
+the thread that keeps a hold alive while a turn runs. See vocal.floor.conch.queue.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 
 from vocal.errors import UsageError
-from vocal.floor.conch_files import ConchFiles
-from vocal.floor.conch_records import BUMP_SETTLE_S, ConchState, Held, Holder, Waiter
+from vocal.floor.conch.files import ConchFiles
+from vocal.floor.conch.records import BUMP_SETTLE_S, ConchState, Held, Holder, Waiter
 from vocal.floor.statefiles import unlink, write_json
 
 

@@ -1,5 +1,6 @@
 """The conch's files: one 0700 directory, a lock around every read-modify-write, the records in
-it, times clamped to the configured limits (issue 17), and who is alive. See vocal.floor.conch.
+it, times clamped to the configured limits (issue 17), and who is alive. See
+vocal.floor.conch.queue.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import socket
 import time
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
-from vocal.floor.conch_records import (
+from vocal.config import Settings
+from vocal.floor.conch.records import (
     _SEQ_RANGE,
     BUMP_SETTLE_S,
     LOCAL_CLAIM_S,
@@ -39,10 +41,6 @@ from vocal.floor.statefiles import (
     write_json,
 )
 
-if TYPE_CHECKING:
-    from vocal.config import Settings
-
-
 _Conch = TypeVar("_Conch", bound="ConchFiles")
 
 
@@ -54,8 +52,8 @@ class ConchFiles:
         self,
         directory: Path,
         *,
-        lock_expiry_s: float = 120.0,
-        remote_ttl_s: float = 90.0,
+        lock_expiry_s: float = Settings.conch_lock_expiry_s,
+        remote_ttl_s: float = Settings.conch_remote_ttl_s,
         local_claim_s: float = LOCAL_CLAIM_S,
         remote_claim_s: float = REMOTE_CLAIM_S,
         wake: bool = True,
