@@ -32,32 +32,28 @@ def _env(name: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Settings:
-    """Every tunable of vocal, resolved once per process by `load_settings`."""
+    """Every tunable of vocal, resolved once per process by `load_settings`. Each default is
+    stated here once (issue 38): it is also the field's class attribute (`Settings.silence_ms`),
+    where the options classes that mirror a setting and the flags' `--help` read it."""
 
     home: Path = field(default_factory=lambda: Path.home() / ".vocal")
-    # Audio devices: None is PortAudio's default; a number is a device index, text a name part.
+
+    # -- devices: None is PortAudio's default; a number is a device index, text a name part.
     input_device: str | None = None
     output_device: str | None = None
-    # Listening. stt_engine: auto (the platform's local engine), faster-whisper, mlx-whisper or
-    # openai (remote, below); stt_model: the local engines' Whisper model (also the fallback's).
+
+    # -- listening and recognition. stt_engine: auto (the platform's local engine),
+    # faster-whisper, mlx-whisper or openai (remote, below); stt_model: the local engines'
+    # Whisper model (also the fallback's). early_transcription_ms: how long a pause lasts before
+    # Whisper starts on the utterance so far (vocal.hearing.listening, benchmarks/listen).
     stt_engine: str = "auto"
     stt_model: str = "tiny.en"
     language: str = "en"
     # Beam width of faster-whisper's decoding (mlx-whisper decodes greedily): chosen on the
     # real-speech corpus, benchmarks/decode (issue 16).
     stt_beam_size: int = 5
-    # Remote recognition (issue 21, vocal.stt.openai): stt_engine "openai" uploads each turn's
-    # utterance once to {openai_stt_base_url}/audio/transcriptions (unset: openai_base_url),
-    # with the key in OPENAI_API_KEY; openai_stt_timeout_s bounds the whole request, retries
-    # included; openai_stt_prompt is sent as the recognizer's prompt (names, jargon).
-    # stt_fallback: when the remote engine fails, the same utterance is transcribed by a local
-    # engine ("local": the platform's own, or faster-whisper, mlx-whisper) with stt_model;
-    # unset, the failure is the turn's error (exit 5).
-    openai_stt_base_url: str | None = None
-    openai_stt_model: str = "whisper-1"
-    openai_stt_timeout_s: float = field(default=10.0, metadata=_env("VOCAL_OPENAI_STT_TIMEOUT"))
-    openai_stt_prompt: str | None = None
-    stt_fallback: str | None = None
+    max_seconds: float = 60.0
+    no_speech_timeout_s: float = field(default=15.0, metadata=_env("VOCAL_NO_SPEECH_TIMEOUT"))
     # Vocabulary hints (issue 21, vocal.stt.hints): stt_hints is text the recognizer should
     # expect (names, identifiers), or @FILE; with stt_hints_git, inside a git repository the
     # identifiers of the files being worked on (changed, new, the last 3 commits') are added.
@@ -66,18 +62,33 @@ class Settings:
     stt_hints: str | None = None
     stt_hints_git: bool = False
     stt_hints_prompt: bool = True
-    # End of turn (issues 16 and 36, vocal.hearing.endofturn): after turn_check_ms of silence
-    # the voice (Smart Turn v3), the last word and the words' model (words_model: SmolLM2, with
-    # vocal[words]) set how long the pause must last: short when all say finished, up to
-    # max_pause_ms when the words say unfinished; with turn_model off, silence_ms.
+    early_transcription_ms: int = 32
+
+    # -- remote recognition (issue 21, vocal.stt.openai): stt_engine "openai" uploads each
+    # turn's utterance once to {openai_stt_base_url}/audio/transcriptions (unset:
+    # openai_base_url), with the key in OPENAI_API_KEY; openai_stt_timeout_s bounds the whole
+    # request, retries included; openai_stt_prompt is sent as the recognizer's prompt (names,
+    # jargon). stt_fallback: when the remote engine fails, the same utterance is transcribed by
+    # a local engine ("local": the platform's own, or faster-whisper, mlx-whisper) with
+    # stt_model; unset, the failure is the turn's error (exit 5).
+    openai_stt_base_url: str | None = None
+    openai_stt_model: str = "whisper-1"
+    openai_stt_timeout_s: float = field(default=10.0, metadata=_env("VOCAL_OPENAI_STT_TIMEOUT"))
+    openai_stt_prompt: str | None = None
+    stt_fallback: str | None = None
+
+    # -- end of turn (issues 16 and 36, vocal.hearing.endofturn): after turn_check_ms of
+    # silence the voice (Smart Turn v3), the last word and the words' model (words_model:
+    # SmolLM2, with vocal[words]) set how long the pause must last: short when all say
+    # finished, up to max_pause_ms when the words say unfinished; with turn_model off,
+    # silence_ms.
     silence_ms: int = 700
     turn_model: bool = True
     words_model: bool = True
     turn_check_ms: int = 160
     max_pause_ms: int = 2500
-    max_seconds: float = 60.0
-    no_speech_timeout_s: float = field(default=15.0, metadata=_env("VOCAL_NO_SPEECH_TIMEOUT"))
-    # Speaking.
+
+    # -- speaking and voices.
     tts_engine: str = "hibari"
     voice: str | None = None
     speed: float = 1.0
@@ -85,80 +96,65 @@ class Settings:
     # split off to start sooner): engines pad unevenly, hibari ~0.75 s between two sentences,
     # 0.3 s of it before the first word (vocal.speaking.trim, issue 19).
     sentence_pause_ms: int = 400
-    # Turn-taking and history.
-    conch_lock_expiry_s: float = field(default=120.0, metadata=_env("VOCAL_CONCH_LOCK_EXPIRY"))
-    conch_timeout_s: float = field(default=300.0, metadata=_env("VOCAL_CONCH_TIMEOUT"))
-    history_size: int = 8
-    # The conch (issue 6): "wait" blocks for the floor, "callback" returns at once (exit 3).
-    conch_mode: str = "wait"
-    # A waiter with no process (callback mode, remote agents) keeps its place this long.
-    conch_remote_ttl_s: float = field(default=90.0, metadata=_env("VOCAL_CONCH_REMOTE_TTL"))
-    # Who is speaking: an agent sets these once in its environment.
-    session: str | None = None
-    agent: str | None = None
+    # How long a reader of a message's pieces waits for a missing one (issue 9).
+    piece_timeout_s: float = field(default=3.0, metadata=_env("VOCAL_PIECE_TIMEOUT"))
+    # Engines' derived files (hibari's optimized model and G2P tables), default <cache_dir>/tts.
+    tts_cache_dir: Path | None = None
+    piper_voices_dir: Path | None = None
     # Cloned voices (issue 5, Chatterbox ONNX). chatterbox_dir: a local directory holding the
     # weights (default: downloaded into cache_dir); chatterbox_providers: a comma-separated
     # execution-provider ladder, best first (default: the GPU providers onnxruntime offers, CPU).
     chatterbox_dir: Path | None = None
     chatterbox_repo: str = "onnx-community/chatterbox-ONNX"
     chatterbox_providers: str | None = None
-    # Speaking (issue 4). tts_cache_dir: engines' derived files (hibari's optimized model and G2P
-    # tables), default <cache_dir>/tts. HTTP engines: keys come from OPENAI_API_KEY and
-    # ELEVENLABS_API_KEY; tts_http_timeout_s bounds each sentence's whole exchange.
-    tts_cache_dir: Path | None = None
+    # Cues (issue 8): what plays `vocal cue` files: "auto" (paplay on Linux, else PortAudio),
+    # "paplay" or "portaudio" (vocal.agents.cues, benchmarks/cue).
+    cue_player: str = "auto"
+
+    # -- remote speech (issue 4): keys come from OPENAI_API_KEY and ELEVENLABS_API_KEY;
+    # tts_http_timeout_s bounds each sentence's whole exchange. openai_base_url is remote
+    # recognition's too, unless openai_stt_base_url is set.
     tts_http_timeout_s: float = field(default=20.0, metadata=_env("VOCAL_TTS_HTTP_TIMEOUT"))
     openai_base_url: str = "https://api.openai.com/v1"
     openai_tts_model: str = "gpt-4o-mini-tts"
     elevenlabs_base_url: str = "https://api.elevenlabs.io"
     elevenlabs_model: str = "eleven_flash_v2_5"
-    piper_voices_dir: Path | None = None
-    # Echo cancellation and barge-in (issue 7). aec: "auto" (off only on headphones the
-    # platform reports, vocal.audio.headphones), "on" or "off". Barge-in needs AEC; the detector's
-    # thresholds and windows default to vocal.duplex.bargein.detector.BargeInOptions (measured,
-    # benchmarks/aec).
+
+    # -- the floor: conch, focus, sessions, history (issues 6, 10). conch_mode: "wait" blocks for
+    # the floor, "callback" returns at once (exit 3). A waiter with no process (remote agents)
+    # keeps its place conch_remote_ttl_s; `vocal conch wait` blocks at most conch_wait_cap_s (a
+    # remote agent's tool call must return). auto_focus_pane: select the tmux pane of the agent
+    # that takes the floor; focus_hold_s: how long a pane the person chose keeps focus
+    # (vocal.floor.focus). session, agent: who is speaking, set in an agent's environment.
+    conch_mode: str = "wait"
+    conch_lock_expiry_s: float = field(default=120.0, metadata=_env("VOCAL_CONCH_LOCK_EXPIRY"))
+    conch_timeout_s: float = field(default=300.0, metadata=_env("VOCAL_CONCH_TIMEOUT"))
+    conch_remote_ttl_s: float = field(default=90.0, metadata=_env("VOCAL_CONCH_REMOTE_TTL"))
+    conch_wait_cap_s: float = field(default=60.0, metadata=_env("VOCAL_CONCH_WAIT_CAP"))
+    auto_focus_pane: bool = False
+    focus_hold_s: float = field(default=30.0, metadata=_env("VOCAL_FOCUS_HOLD_SECONDS"))
+    session: str | None = None
+    agent: str | None = None
+    history_size: int = 8
+
+    # -- barge-in and echo (issue 7). aec: "auto" (off only on headphones the platform
+    # reports, vocal.audio.headphones), "on" or "off". Barge-in needs AEC; the detector's
+    # options (vocal.duplex.bargein.detector.BargeInOptions) take these as their defaults and
+    # hold the rest (measured, benchmarks/aec).
     aec: str = "auto"
     barge_in: bool = True
     barge_in_chunks: int = 3
     barge_in_threshold: float = 0.5
-    # Cues (issue 8): what plays `vocal cue` files: "auto" (paplay on Linux, else PortAudio),
-    # "paplay" or "portaudio" (vocal.agents.cues, benchmarks/cue).
-    cue_player: str = "auto"
-    # Pieces of one message (issue 9): how long a reader waits for a missing piece before it
-    # goes on from the earliest piece that arrived.
-    piece_timeout_s: float = field(default=3.0, metadata=_env("VOCAL_PIECE_TIMEOUT"))
-
-    # Many agents (issue 10). conch_wait_cap_s: the longest `vocal conch wait` blocks (a remote
-    # agent's tool call must return; it keeps its place and calls again). auto_focus_pane:
-    # select the tmux pane of the agent that takes the floor; focus_hold_s: how long a pane
-    # the person chose (or `vocal focus hold`) keeps focus from jumping (vocal.floor.focus).
-    conch_wait_cap_s: float = field(default=60.0, metadata=_env("VOCAL_CONCH_WAIT_CAP"))
-    auto_focus_pane: bool = False
-    focus_hold_s: float = field(default=30.0, metadata=_env("VOCAL_FOCUS_HOLD_SECONDS"))
-
-    # Latency (issues 3, 4, 7; benchmarks/listen, converse). stt_warm_up: run Whisper once on
-    # near-silence right after it loads (its first call is slower); early_transcription_ms: how
-    # long a pause lasts before Whisper starts on the utterance so far (vocal.hearing.listening).
-    stt_warm_up: bool = True
-    # stt_process: a converse turn loads and runs the recognizer in a child process, so that
-    # loading it (long native stretches holding the GIL) does not starve the reply's audio
-    # callbacks (vocal.hearing.stt_process); false: in the turn's own process, as `listen` does.
-    stt_process: bool = True
-    early_transcription_ms: int = 32
     # barge_in_onset_threshold: a lower probability allowed for the first chunk of a barge-in's
-    # run (vocal.duplex.bargein.detector.BargeInOptions.onset_threshold); unset: off (measured:
-    # benchmarks/aec).
+    # run (BargeInOptions.onset_threshold); unset: off (measured: benchmarks/aec).
     barge_in_onset_threshold: float | None = None
-    # barge_in_trace: diagnostics, `vocal converse --json` also carries the detector's trace
-    # (capture time, speech probability, inhibited) of every chunk (benchmarks/converse).
-    barge_in_trace: bool = False
     # barge_in_fast_chunks: chunks enough while the canceller is known to cancel well
-    # (vocal.duplex.bargein.detector.BargeInOptions.fast_chunks); empty: always barge_in_chunks.
+    # (BargeInOptions.fast_chunks); empty: always barge_in_chunks.
     barge_in_fast_chunks: int | None = 2
     # barge_in_double_talk_db: a barge-in's run fires only once one of its chunks is this many
     # dB louder at the raw microphone than the echo the played level predicts: residual echo
-    # adds nothing there, a person does
-    # (vocal.duplex.bargein.detector.BargeInOptions.double_talk_db); empty: off (a person much
-    # quieter than the reply's echo is then heard too, and so may be echo).
+    # adds nothing there, a person does (BargeInOptions.double_talk_db); empty: off (a person
+    # much quieter than the reply's echo is then heard too, and so may be echo).
     barge_in_double_talk_db: float | None = 2.0
     # barge_in_strong_chunk_db: one speech chunk this many dB above the predicted echo decides
     # a barge-in alone (BargeInOptions.strong_chunk_db); empty: always a run of chunks.
@@ -167,6 +163,17 @@ class Settings:
     # lets it go on; a stop word ("stop", "wait", "no") or anything longer stops it
     # (vocal.duplex.bargein.backchannel). false: any barge-in stops the reply at once.
     barge_in_backchannels: bool = True
+    # barge_in_trace: diagnostics, `vocal converse --json` also carries the detector's trace
+    # (capture time, speech probability, inhibited) of every chunk (benchmarks/converse).
+    barge_in_trace: bool = False
+
+    # -- start-up (issues 3, 4, 7; benchmarks/listen, converse). stt_warm_up: run Whisper once
+    # on near-silence right after it loads (its first call is slower). stt_process: a converse
+    # turn loads and runs the recognizer in a child process, so that loading it (long native
+    # stretches holding the GIL) does not starve the reply's audio callbacks
+    # (vocal.hearing.stt_process); false: in the turn's own process, as `listen` does.
+    stt_warm_up: bool = True
+    stt_process: bool = True
 
     # -- the state directory's layout --------------------------------------------------------
     @property

@@ -28,15 +28,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vocal.audio.chunks import Chunker
+from vocal.config import Settings, bad_setting
 from vocal.errors import EngineError
-
-if TYPE_CHECKING:
-    from vocal.config import Settings
 
 VAD_SAMPLE_RATE = 16_000
 #: Silero's chunk at 16 kHz: 32 ms. The model is trained on exactly this size.
@@ -191,7 +188,7 @@ class EndpointOptions:
 
     Defaults: Silero's own 0.5 threshold with its 0.15 hysteresis for the stop (its
     `get_speech_timestamps` uses threshold - 0.15); speech must last 64 ms (two chunks) to count,
-    which rejects clicks without delaying a one-word "yes"; 700 ms of silence ends the turn
+    which rejects clicks without delaying a one-word "yes"; `silence_ms` of silence ends the turn
     (issue 3), long enough for a mid-sentence pause; 300 ms of pre-roll keeps the first
     syllable, which begins before Silero is sure of it.
     """
@@ -199,12 +196,12 @@ class EndpointOptions:
     start_threshold: float = 0.5
     stop_threshold: float = 0.35
     min_speech_ms: int = 64
-    min_silence_ms: int = 700
+    min_silence_ms: int = Settings.silence_ms
     pre_roll_ms: int = 300
     #: Silence kept after the last speech chunk: Whisper hears the word's tail, not the wait.
     post_roll_ms: int = 200
-    max_duration_s: float = 60.0
-    no_speech_timeout_s: float = 15.0
+    max_duration_s: float = Settings.max_seconds
+    no_speech_timeout_s: float = Settings.no_speech_timeout_s
 
     def __post_init__(self) -> None:
         # Written as `not (ok)`: NaN fails every comparison, so `x < 0` let it through (issue 17).
@@ -224,22 +221,14 @@ class EndpointOptions:
 Confidence = Callable[[np.ndarray], float]
 
 
-def endpoint_options(
-    settings: Settings,
-    *,
-    silence_ms: int | None = None,
-    max_seconds: float | None = None,
-    no_speech_timeout_s: float | None = None,
-) -> EndpointOptions:
-    """`EndpointOptions` from the settings and a command's own flags (None: the setting), the
-    one place they are built; a bad value is a `UsageError` (vocal.config.bad_setting)."""
-    from vocal.config import bad_setting
-
+def endpoint_options(settings: Settings) -> EndpointOptions:
+    """`EndpointOptions` from the settings (a command's flags among them), the one place they
+    are built; a bad value is a `UsageError` (vocal.config.bad_setting)."""
     with bad_setting("listening"):
         return EndpointOptions(
-            min_silence_ms=silence_ms or settings.silence_ms,
-            max_duration_s=max_seconds or settings.max_seconds,
-            no_speech_timeout_s=no_speech_timeout_s or settings.no_speech_timeout_s,
+            min_silence_ms=settings.silence_ms,
+            max_duration_s=settings.max_seconds,
+            no_speech_timeout_s=settings.no_speech_timeout_s,
         )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import click
 import typer
 
-from vocal.config import SETTING_RANGES, flag_range
+from vocal.config import SETTING_RANGES, Settings, flag_range
 
 
 def command_app(**settings: Any) -> typer.Typer:
@@ -44,13 +44,23 @@ def float_range(setting: str) -> FiniteFloatRange:
     return FiniteFloatRange(low, high)
 
 
+def shown_default(setting: str) -> str:
+    """The default of `setting` as `--help` shows it (on/off, 60 for 60.0): read from
+    `Settings`, where each default is stated once (issue 38)."""
+    value = getattr(Settings, setting)
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 # -- options that several commands share ---------------------------------------------------------
 def silence_ms_option(what: str = "the turn") -> Any:
     return typer.Option(
         None,
         "--silence-ms",
         **flag_range("silence_ms"),
-        help=f"Silence that ends {what} when the turn model is off or has no signal, in ms [700].",
+        help=f"Silence that ends {what} when the turn model is off or has no signal, in ms "
+        f"[{shown_default('silence_ms')}].",
     )
 
 
@@ -59,7 +69,7 @@ def turn_model_option() -> Any:
         None,
         "--turn-model/--no-turn-model",
         help="Let the voice (Smart Turn v3) and the words so far set each pause's wait; "
-        "--no-turn-model ends every turn after --silence-ms [on].",
+        f"--no-turn-model ends every turn after --silence-ms [{shown_default('turn_model')}].",
     )
 
 
@@ -68,7 +78,7 @@ def turn_check_ms_option() -> Any:
         None,
         "--turn-check-ms",
         **flag_range("turn_check_ms"),
-        help="Silence before the turn model is asked, in ms [160].",
+        help=f"Silence before the turn model is asked, in ms [{shown_default('turn_check_ms')}].",
     )
 
 
@@ -77,7 +87,31 @@ def max_pause_ms_option() -> Any:
         None,
         "--max-pause-ms",
         **flag_range("max_pause_ms"),
-        help="The wait when the words sound unfinished, the longest pause waited, in ms [2500].",
+        help="The wait when the words sound unfinished, the longest pause waited, in ms "
+        f"[{shown_default('max_pause_ms')}].",
+    )
+
+
+def max_seconds_option(what: str) -> Any:
+    """`--max-seconds`, shared by listen and converse (the `max_seconds` setting)."""
+    return typer.Option(
+        None,
+        "--max-seconds",
+        click_type=float_range("max_seconds"),
+        help=f"Hard cap on {what}, in seconds [{shown_default('max_seconds')}].",
+        callback=finite,
+    )
+
+
+def no_speech_timeout_option(when: str = "") -> Any:
+    """`--no-speech-timeout`, shared by listen and converse (`no_speech_timeout_s`)."""
+    return typer.Option(
+        None,
+        "--no-speech-timeout",
+        click_type=float_range("no_speech_timeout_s"),
+        help=f"Give up (exit 4) when nobody speaks for this long{when}, in seconds "
+        f"[{shown_default('no_speech_timeout_s')}].",
+        callback=finite,
     )
 
 

@@ -10,7 +10,7 @@ import typer
 from vocal.commands._app import command_app, finite, float_range
 
 if TYPE_CHECKING:
-    from vocal.floor.conch import Conch
+    from vocal.floor.conch.queue import Conch
 
 app = command_app(no_args_is_help=True)
 
@@ -19,7 +19,7 @@ _SESSION_HELP = "The session (default VOCAL_SESSION)."
 
 def _conch() -> Conch:
     from vocal.config import load_settings
-    from vocal.floor.conch import Conch
+    from vocal.floor.conch.queue import Conch
 
     return Conch.from_settings(load_settings())
 
@@ -134,7 +134,7 @@ def wait(
 
     This is how an agent that is not a local process (in a container, over SSH, a tool server
     sharing the state directory) takes turns: the place it takes in the queue has no process
-    behind it. The call blocks at most VOCAL_CONCH_WAIT_CAP seconds (default 60; --timeout or
+    behind it. The call blocks at most VOCAL_CONCH_WAIT_CAP seconds (--timeout or
     VOCAL_CONCH_TIMEOUT if shorter) and prints where it stands:
 
     granted (exit 0): the session holds the floor; its own `vocal speak`/`converse` commands
@@ -143,12 +143,12 @@ def wait(
 
     not granted (exit 3): stdout says the position (1 = next) and who holds the floor. The
     place is kept while the session calls `vocal conch heartbeat --session ID` (about every
-    30 s) or `wait` again within VOCAL_CONCH_REMOTE_TTL (default 90 s); calling `wait` again
+    30 s) or `wait` again within VOCAL_CONCH_REMOTE_TTL seconds; calling `wait` again
     takes the floor once it is granted. `vocal conch leave` gives the place up.
     """
     from vocal.config import load_settings
-    from vocal.floor.conch import Conch, interrupt_on_signals
-    from vocal.floor.conch_records import ConchBusy
+    from vocal.floor.conch.queue import Conch, interrupt_on_signals
+    from vocal.floor.conch.records import ConchBusy
 
     settings = load_settings(session=session, agent=agent)
     name = _session(settings.session, "wait")
@@ -184,12 +184,12 @@ def heartbeat(
     """Keep your session's place in the queue, or renew the floor it holds.
 
     A remote agent calls this about every 30 s while it waits (a place with no heartbeat for
-    VOCAL_CONCH_REMOTE_TTL seconds, default 90, is dropped) and while it holds the floor (the
+    VOCAL_CONCH_REMOTE_TTL seconds is dropped) and while it holds the floor (the
     hold then lasts VOCAL_CONCH_LOCK_EXPIRY from now). Prints the position (0: holding, 1: next;
     "granted" when the floor waits for it: call `vocal conch wait` to take it). Exit 3 if the
     session has no place (never joined, left, or dropped): call `vocal conch wait` again.
     """
-    from vocal.floor.conch_records import ConchBusy
+    from vocal.floor.conch.records import ConchBusy
 
     name = _session(session, "heartbeat")
     conch = _conch()

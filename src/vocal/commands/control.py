@@ -31,7 +31,7 @@ def _send(
 ) -> dict[str, Any] | None:
     """Send `cmd` to the chosen turn and print the reply; None if no turn is running."""
     from vocal.config import load_settings
-    from vocal.floor.conch import Conch
+    from vocal.floor.conch.queue import Conch
     from vocal.floor.control import ControlError, find_endpoint, send_command
 
     settings = load_settings()

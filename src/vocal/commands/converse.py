@@ -10,7 +10,10 @@ from vocal.commands._app import (
     float_range,
     hints_option,
     max_pause_ms_option,
+    max_seconds_option,
+    no_speech_timeout_option,
     report_fallback,
+    shown_default,
     silence_ms_option,
     stt_engine_help,
     turn_check_ms_option,
@@ -28,7 +31,9 @@ def converse(
     voice: str | None = typer.Option(
         None, "--voice", help="A voice of the engine, or ENGINE:VOICE (e.g. espeak-ng:en-gb)."
     ),
-    engine: str | None = typer.Option(None, "--engine", help="TTS engine (default hibari)."),
+    engine: str | None = typer.Option(
+        None, "--engine", help=f"TTS engine [{shown_default('tts_engine')}]."
+    ),
     stt_engine: str | None = typer.Option(None, "--stt-engine", help=stt_engine_help()),
     hints: str | None = hints_option(),
     speed: float | None = typer.Option(
@@ -41,14 +46,15 @@ def converse(
     barge_in: bool | None = typer.Option(
         None,
         "--barge-in/--no-barge-in",
-        help="Listen while speaking and stop when the person talks over the reply [on]; "
-        "--no-barge-in opens the microphone when the reply has ended (+200 ms).",
+        help="Listen while speaking and stop when the person talks over the reply "
+        f"[{shown_default('barge_in')}]; --no-barge-in opens the microphone when the reply has "
+        "ended (+200 ms).",
     ),
     aec: str | None = typer.Option(
         None,
         "--aec",
         help="Echo cancellation: auto (off for headphones; half-duplex where `vocal doctor "
-        "--echo` found the echo too strong to cancel), on, off [auto].",
+        f"--echo` found the echo too strong to cancel), on, off [{shown_default('aec')}].",
     ),
     ptt: bool = typer.Option(
         False,
@@ -60,20 +66,8 @@ def converse(
     turn_model: bool | None = turn_model_option(),
     turn_check_ms: int | None = turn_check_ms_option(),
     max_pause_ms: int | None = max_pause_ms_option(),
-    no_speech_timeout: float | None = typer.Option(
-        None,
-        "--no-speech-timeout",
-        click_type=float_range("no_speech_timeout_s"),
-        help="Give up (exit 4) when nobody speaks for this long after the reply, in s [15].",
-        callback=finite,
-    ),
-    max_seconds: float | None = typer.Option(
-        None,
-        "--max-seconds",
-        click_type=float_range("max_seconds"),
-        help="Hard cap on the answer, in seconds [60].",
-        callback=finite,
-    ),
+    no_speech_timeout: float | None = no_speech_timeout_option(" after the reply"),
+    max_seconds: float | None = max_seconds_option("the answer"),
     session: str | None = typer.Option(None, "--session", help="Conch session name."),
     agent: str | None = typer.Option(None, "--agent", help="Agent name shown to others."),
     no_conch: bool = typer.Option(False, "--no-conch", help="Speak without taking the floor."),
@@ -118,9 +112,12 @@ def converse(
     if from_stdin:
         started_at_s = time.monotonic()
     settings = load_settings(
+        silence_ms=silence_ms,
         turn_model=turn_model,
         turn_check_ms=turn_check_ms,
         max_pause_ms=max_pause_ms,
+        max_seconds=max_seconds,
+        no_speech_timeout_s=no_speech_timeout,
         stt_engine=stt_engine,
         stt_hints=hints,
     )
@@ -133,9 +130,6 @@ def converse(
         session=session,
         agent=agent,
         use_conch=not no_conch,
-        silence_ms=silence_ms,
-        no_speech_timeout_s=no_speech_timeout,
-        max_seconds=max_seconds,
         push_to_talk=ptt,
     )
     result = converse_turn(text, options, settings, started_at_s=started_at_s)

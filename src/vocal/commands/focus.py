@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from vocal.commands._app import command_app, finite, float_range
+from vocal.commands._app import command_app, finite, float_range, shown_default
 
 app = command_app(no_args_is_help=True)
 
@@ -17,7 +17,7 @@ def hold(
         None,
         "--seconds",
         click_type=float_range("focus_hold_s"),
-        help="How long (default VOCAL_FOCUS_HOLD_SECONDS, 30).",
+        help=f"How long (default VOCAL_FOCUS_HOLD_SECONDS, {shown_default('focus_hold_s')}).",
         callback=finite,
     ),
 ) -> None:

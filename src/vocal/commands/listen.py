@@ -12,12 +12,15 @@ from vocal.commands._app import (
     float_range,
     hints_option,
     max_pause_ms_option,
+    max_seconds_option,
+    no_speech_timeout_option,
     report_fallback,
     silence_ms_option,
     stt_engine_help,
     turn_check_ms_option,
     turn_model_option,
 )
+from vocal.hearing import DEFAULT_FIXED_SECONDS
 
 app = command_app()
 
@@ -28,19 +31,13 @@ def listen(
         True, "--vad/--no-vad", help="End when the speaker stops (VAD), or record --seconds."
     ),
     seconds: float = typer.Option(
-        5.0,
+        DEFAULT_FIXED_SECONDS,
         "--seconds",
         click_type=float_range("max_seconds"),
         help="The fixed window with --no-vad, in seconds.",
         callback=finite,
     ),
-    max_seconds: float | None = typer.Option(
-        None,
-        "--max-seconds",
-        click_type=float_range("max_seconds"),
-        help="Hard cap on the recording, in seconds [60].",
-        callback=finite,
-    ),
+    max_seconds: float | None = max_seconds_option("the recording"),
     ptt: bool = typer.Option(
         False,
         "--ptt",
@@ -51,13 +48,7 @@ def listen(
     turn_model: bool | None = turn_model_option(),
     turn_check_ms: int | None = turn_check_ms_option(),
     max_pause_ms: int | None = max_pause_ms_option(),
-    no_speech_timeout: float | None = typer.Option(
-        None,
-        "--no-speech-timeout",
-        click_type=float_range("no_speech_timeout_s"),
-        help="Give up (exit 4) when nobody speaks for this long, in seconds [15].",
-        callback=finite,
-    ),
+    no_speech_timeout: float | None = no_speech_timeout_option(),
     input_file: Path | None = typer.Option(
         None, "--input", "-i", help="Read this WAV instead of the microphone (any rate)."
     ),
@@ -85,13 +76,12 @@ def listen(
     """Listen for one utterance and print its transcript on stdout.
 
     With --vad (the default) the turn ends when the speaker has finished, not merely paused:
-    after --turn-check-ms (160 ms) of silence the voice (Smart Turn v3), the last word and a
+    after --turn-check-ms of silence the voice (Smart Turn v3), the last word and a
     small language model of the words so far (SmolLM2, with vocal[words]) set how long the
-    silence must last. When all say finished it is short (0.5 s); the less sure they are, the
+    silence must last. When all say finished it is short; the less sure they are, the
     longer; when the words say unfinished ("merge the branch and then ...") it is
-    --max-pause-ms (2.5 s). A speaker seen to resume after long pauses is given longer ones
-    (learnt per user). With --no-turn-model every pause ends the turn after --silence-ms
-    (700 ms).
+    --max-pause-ms. A speaker seen to resume after long pauses is given longer ones
+    (learnt per user). With --no-turn-model every pause ends the turn after --silence-ms.
     --no-vad records a fixed --seconds window. --ptt ends it when you press Enter or Space
     (keys are read from the terminal, /dev/tty, never stdin), and Esc cancels. --input FILE is
     judged on the file's own clock, as the same sound from a microphone would be. Ctrl-C ends

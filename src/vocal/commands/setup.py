@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from vocal.commands._app import command_app
+from vocal.commands._app import command_app, shown_default
 
 app = command_app()
 
@@ -22,7 +22,9 @@ def setup(
         [], "--engine", help="A speech engine whose weights to fetch: chatterbox (cloned voices)."
     ),
     tts_engine: str | None = typer.Option(
-        None, "--tts-engine", help="The engine to speak with: hibari (default), espeak-ng, ..."
+        None,
+        "--tts-engine",
+        help=f"The engine to speak with: hibari, espeak-ng, ... [{shown_default('tts_engine')}].",
     ),
     voice: str | None = typer.Option(None, "--voice", help="The voice to speak with."),
     proof: bool = typer.Option(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from vocal.commands._app import command_app, finite, float_range
+from vocal.commands._app import command_app, finite, float_range, shown_default
 
 if TYPE_CHECKING:
     from vocal.config import Settings
@@ -25,7 +25,9 @@ def speak(
         None, "--voice", help="A voice of the engine, or ENGINE:VOICE (e.g. espeak-ng:en-gb)."
     ),
     engine: str | None = typer.Option(
-        None, "--engine", help="hibari (default), espeak-ng, piper, say, openai, elevenlabs."
+        None,
+        "--engine",
+        help=f"hibari, espeak-ng, piper, say, openai, elevenlabs [{shown_default('tts_engine')}].",
     ),
     speed: float | None = typer.Option(
         None,
@@ -91,7 +93,7 @@ def speak(
     order): `--message ID --piece N [--final]`, pieces numbered from 0. Every piece is sent,
     even one with nothing to say, so a missing piece can be told from an empty one. A piece is
     read only after every piece before it; one that has not arrived is waited for at most
-    VOCAL_PIECE_TIMEOUT seconds (default 3), then reading goes on from the earliest piece that
+    VOCAL_PIECE_TIMEOUT seconds, then reading goes on from the earliest piece that
     arrived. Whichever process holds the message reads it in order, one engine and one floor for
     all. A newer message in the same session (VOCAL_SESSION / --session) supersedes an older
     one: the older one stops at the line it has reached and its waiting and late pieces exit 3

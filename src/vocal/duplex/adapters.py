@@ -64,9 +64,15 @@ class TurnSource:
     silenced (the reply's tail) or dropped (half-duplex), and after a barge-in each block may
     be rebuilt from the raw capture (`rebuild`, vocal.duplex.echo_free.onset)."""
 
-    def __init__(self, mic: Microphone, first: list[Block], *, heard_from_s: float | None,
-                 drop_before: bool,
-                 rebuild: Callable[[Block], np.ndarray | None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        mic: Microphone,
+        first: list[Block],
+        *,
+        heard_from_s: float | None,
+        drop_before: bool,
+        rebuild: Callable[[Block], np.ndarray | None] | None = None,
+    ) -> None:
         self.mic = mic
         #: After a barge-in: each block's samples rebuilt from the raw capture (None: as is).
         self._rebuild = rebuild

@@ -35,7 +35,7 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from vocal.duplex.adapters import INPUT_TIMEOUT_S, SpeechOutput, TurnSource
@@ -49,7 +49,6 @@ from vocal.hearing.live import status_line
 if TYPE_CHECKING:
     from vocal.audio.devices import Block, Microphone
     from vocal.config import Settings
-    from vocal.duplex.bargein.detector import BargeInDetector
     from vocal.duplex.canceller.profile import EchoProfile
     from vocal.duplex.echo_free.onset import OnsetFit
     from vocal.floor.turn import Turn
@@ -66,9 +65,6 @@ OUTPUT_STALL_S = 2.0
 #: the detector can fire a second after the person began, and the echo-free capture traces
 #: their start up to 2 s further back (vocal.duplex.handover.near_end_onset_s).
 KEEP_BLOCKS = 156
-#: A backchannel's length counts from this long before the deciding run's first chunk (Silero
-#: is sure of a word 1-2 chunks after it starts).
-JUDGE_ONSET_LEAD_S = 0.1
 #: The marker printed for a turn ended by `vocal control stop`.
 STOPPED_MARKER = "[stopped]"
 
@@ -118,8 +114,7 @@ def converse(
     if not barge_in:
         use_aec = False  # nothing is heard while the reply plays: nothing to cancel
     profile = room_db = None
-    devices = (options.output_device or settings.output_device,
-               options.input_device or settings.input_device)  # fmt: skip
+    devices = (settings.output_device, settings.input_device)
     pair = known_pair(settings.home, *devices) if use_aec else None
     if pair is not None:  # one `pactl info` for the profile, the room and what is learnt
         profile = load_profile(settings.home, *pair)
@@ -129,30 +124,60 @@ def converse(
         # --aec auto (the only mode with a detection), and `vocal doctor --echo` found the
         # echo here too strong to cancel.
         barge_in = use_aec = False
-        report(f"half-duplex: `vocal doctor --echo` found the echo here cancelled by "
-               f"{profile.reduction_db or 0:.0f} dB only; speak after the reply "
-               "(headphones give barge-in back)")  # fmt: skip
+        report(
+            f"half-duplex: `vocal doctor --echo` found the echo here cancelled by "
+            f"{profile.reduction_db or 0:.0f} dB only; speak after the reply "
+            "(headphones give barge-in back)"
+        )
     name, voice = resolve_voice(options.voice or settings.voice, options.engine, settings)
     rate = engine_class(name).sample_rate
     gates = read_gates(settings.home)
-    run = _Run(text, options, settings, report, started_at_s, name=name, voice=voice,
-               rate=rate, gain=None if gates.silent else gates.gain, barge_in=barge_in,
-               use_aec=use_aec, devices=devices, profile=profile, room_db=room_db)  # fmt: skip
+    parts = TurnParts(
+        text=text,
+        voice=voice,
+        barge_in=barge_in,
+        use_aec=use_aec,
+        started_at_s=started_at_s,
+        clock={"started": started_at_s},
+    )
+    run = _Run(
+        parts,
+        options,
+        settings,
+        report,
+        name=name,
+        rate=rate,
+        gain=None if gates.silent else gates.gain,
+        devices=devices,
+        profile=profile,
+        room_db=room_db,
+    )
     result = run.run()
     result.aec_detection = detection.kind.value if detection is not None else None
     result.echo_profile = profile.to_dict() if profile is not None else None
-    result.learned_echo_delay_ms = run.parts.learned_delay_ms
+    result.learned_echo_delay_ms = parts.learned_delay_ms
     return result
 
 
 class _Run:
     """The state of one converse turn (kept together so clean-up sees everything opened)."""
 
-    def __init__(self, text: str, options: ConverseOptions, settings: Settings, report: Report,
-                 started_at_s: float, *, name: str, voice: str | None, rate: int,
-                 gain: float | None, barge_in: bool, use_aec: bool,
-                 devices: tuple[str | None, str | None], profile: EchoProfile | None = None,
-                 room_db: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        parts: TurnParts,
+        options: ConverseOptions,
+        settings: Settings,
+        report: Report,
+        *,
+        name: str,
+        rate: int,
+        gain: float | None,
+        devices: tuple[str | None, str | None],
+        profile: EchoProfile | None = None,
+        room_db: float | None = None,
+    ) -> None:
+        #: What the turn opens and measures; the result is made from it alone.
+        self.parts = parts
         self.options, self.settings, self.report = options, settings, report
         self.devices = devices  # (output, input) as the options and settings name them
         #: The room's level a recent turn heard here (vocal.duplex.bargein.room_level), or None.
@@ -161,11 +186,6 @@ class _Run:
         #: This device pair's echo as last measured (vocal.duplex.canceller.profile): its delay
         #: starts the canceller closer to the echo.
         self.profile = profile
-        #: What the turn opens and measures; the result is made from it alone.
-        self.parts = TurnParts(
-            text=text, voice=voice, barge_in=barge_in, use_aec=use_aec,
-            started_at_s=started_at_s, clock={"started": started_at_s},
-        )  # fmt: skip
         self.listen_stop = threading.Event()
         #: What the turn is doing, on stderr when it is a terminal (vocal.hearing.live).
         self.line = status_line()
@@ -191,8 +211,14 @@ class _Run:
         from vocal.floor.turn import Turn
 
         settings, options, parts = self.settings, self.options, self.parts
-        with Turn(settings, kind="converse", session=options.session, agent=options.agent,
-                  voice=parts.voice, use_conch=options.use_conch) as turn:  # fmt: skip
+        with Turn(
+            settings,
+            kind="converse",
+            session=options.session,
+            agent=options.agent,
+            voice=parts.voice,
+            use_conch=options.use_conch,
+        ) as turn:
             parts.clock["floor"] = time.monotonic()
             turn.on("skip_forward", self._on_skip)
             turn.on("stop", self._on_stop)
@@ -241,12 +267,7 @@ class _Run:
             return self._result(None, stopped=True)
         # The STT engine loads from now on, while the reply plays.
         loader = parts.loader = stt_loader(settings, beside_playback=True)
-        listening = listen_options(
-            settings,
-            silence_ms=options.silence_ms,
-            max_seconds=options.max_seconds,
-            no_speech_timeout_s=options.no_speech_timeout_s,
-        )
+        listening = listen_options(settings)
         mic = self._open_microphone()
         parts.clock["mic_opened"] = mic.opened_at_s
         kept, heard_from_s = self._speak(turn, mic)
@@ -263,8 +284,9 @@ class _Run:
         self.phase = "listening"
         turn.set_phase(TurnPhase.LISTENING)
         rebuild = parts.echo_free.samples_for if parts.echo_free is not None else None
-        source = TurnSource(mic, kept, heard_from_s=heard_from_s, drop_before=not parts.barge_in,
-                            rebuild=rebuild)  # fmt: skip
+        source = TurnSource(
+            mic, kept, heard_from_s=heard_from_s, drop_before=not parts.barge_in, rebuild=rebuild
+        )
         from vocal.hearing.listening import listen
         from vocal.hearing.live import meter_hooks
         from vocal.hearing.push_to_talk import keys_for
@@ -273,11 +295,19 @@ class _Run:
         gate = parts.room_gate = RoomGate.of_room(parts.guard.detector, self.room_db)
         confidence = SileroVad() if gate is None else gate.wrap(SileroVad())
         with keys_for(options.push_to_talk, self.listen_stop, listening) as (keys, listening):
-            listened = keys.ended(listen(
-                source, stt=loader, options=listening, confidence=confidence,
-                models=parts.turn_models, context=parts.text, stop=self.listen_stop,
-                on_block=keys.watching(on_block), on_words=on_words,
-            ))  # fmt: skip
+            listened = keys.ended(
+                listen(
+                    source,
+                    stt=loader,
+                    options=listening,
+                    confidence=confidence,
+                    models=parts.turn_models,
+                    context=parts.text,
+                    stop=self.listen_stop,
+                    on_block=keys.watching(on_block),
+                    on_words=on_words,
+                )
+            )
         parts.mic = None  # listen closed it
         turn.check()
         return self._result(listened, stopped=turn.stopped.is_set())
@@ -289,16 +319,20 @@ class _Run:
         if self.parts.use_aec:
             from vocal.duplex.canceller.aec import EchoCanceller
 
-            guard = self.parts.guard = EchoGuard(EchoCanceller(  # the profile's delay and drift
-                render_sample_rate=self.rate, log_levels=self.settings.barge_in_trace,
-                stream_delay_ms=self.profile.stream_delay_ms if self.profile else None,
-                drift_ppm=self.profile.drift_ppm if self.profile else 0.0,
-            ))  # fmt: skip
+            guard = self.parts.guard = EchoGuard(
+                EchoCanceller(  # the profile's delay and drift
+                    render_sample_rate=self.rate,
+                    log_levels=self.settings.barge_in_trace,
+                    stream_delay_ms=self.profile.stream_delay_ms if self.profile else None,
+                    drift_ppm=self.profile.drift_ppm if self.profile else 0.0,
+                )
+            )
             on_block = guard.capture
         mic = self.parts.mic = Microphone(
-            16_000, device=self.options.input_device or self.settings.input_device,
+            16_000,
+            device=self.settings.input_device,
             on_block=on_block,
-        ).open()  # fmt: skip
+        ).open()
         return mic
 
     # -- speaking --------------------------------------------------------------------------------
@@ -309,6 +343,7 @@ class _Run:
         from vocal.duplex.bargein.detector import BargeInOptions, barge_in_options
         from vocal.duplex.bargein.room_level import hear_room_first, keep_heard_level
         from vocal.duplex.handover import kept_blocks
+        from vocal.duplex.paused_reply import hear_out
         from vocal.speaking.output import open_speech_player
         from vocal.speaking.speech import Speech, engine_loader
 
@@ -319,19 +354,27 @@ class _Run:
             return [], None
         self.phase = "speaking"
         speech = parts.speech = Speech(
-            engine_loader(self.name, parts.voice, settings), [parts.text], engine_name=self.name,
-            voice=parts.voice, sample_rate=self.rate, speed=self.options.speed or settings.speed,
-            report=self.report, keep_audio=True, started_at_s=parts.started_at_s,
+            engine_loader(self.name, parts.voice, settings),
+            [parts.text],
+            engine_name=self.name,
+            voice=parts.voice,
+            sample_rate=self.rate,
+            speed=self.options.speed or settings.speed,
+            report=self.report,
+            keep_audio=True,
+            started_at_s=parts.started_at_s,
             sentence_pause_s=settings.sentence_pause_ms / 1000,
-        ).start()  # fmt: skip
+        ).start()
         echo_guard = parts.guard
         try:
             # The observer chain (vocal.audio.output): the floor guard silences the block once
             # the floor is lost, before the canceller's reverse stream sees what is played.
             player = parts.player = open_speech_player(
-                self.rate, device=self.options.output_device or settings.output_device,
-                volume=self.gain, observers=(turn.guard_block, echo_guard.render),
-            )  # fmt: skip
+                self.rate,
+                device=settings.output_device,
+                volume=self.gain,
+                observers=(turn.guard_block, echo_guard.render),
+            )
         except BaseException as exc:
             speech.fail(exc)
             speech.join(2.0)
@@ -341,9 +384,14 @@ class _Run:
         judge_backchannels = parts.barge_in and settings.barge_in_backchannels
         if parts.barge_in:
             on_barge_in = speech.pause if judge_backchannels else speech.stop
-            detector = echo_guard.watch(SileroVad(), on_barge_in, barge_in_options(settings),
-                                        player=player, mic=mic,
-                                        room_level_db=self.room_db)  # fmt: skip
+            detector = echo_guard.watch(
+                SileroVad(),
+                on_barge_in,
+                barge_in_options(settings),
+                player=player,
+                mic=mic,
+                room_level_db=self.room_db,
+            )
             parts.room_first_s = hear_room_first(mic, echo_guard.feed, detector.ambient)
         speech.attach_output(player)
         # A resume restarts the far end after a silence and the canceller finds the echo path
@@ -371,8 +419,8 @@ class _Run:
                         parts.clock["barge_in"] = fired.at_s
                         parts.onset_s = detector.onset_s()
                         fit = self._start_fit(parts.onset_s)
-                        if not judge_backchannels or not self._hear_out(
-                            turn, detector, blocks, recent, fit
+                        if not judge_backchannels or not hear_out(
+                            parts, turn, detector, blocks, recent, fit
                         ):
                             speech.stop()
                             break
@@ -421,10 +469,8 @@ class _Run:
                 return handed_over, None
         if parts.barge_in:
             # The detector's own tail window: longer after a long echo delay (EchoGuard.watch).
-            tail_ms = (
-                detector.options if detector is not None else BargeInOptions()
-            ).tail_inhibit_ms
-            tail_s = tail_ms / 1000 if parts.use_aec else 0.0
+            detector_options = detector.options if detector is not None else BargeInOptions()
+            tail_s = detector_options.tail_inhibit_ms / 1000 if parts.use_aec else 0.0
             return [], ended_s + tail_s
         return [], ended_s + REVERB_GAP_MS / 1000
 
@@ -437,68 +483,6 @@ class _Run:
         after_s = fit_after_s(detector, onset_s) if detector is not None else None
         return OnsetFit(lambda: self.parts.guard.echo_free_onset(onset_s, after_s))
 
-    def _hear_out(self, turn: Turn, detector: BargeInDetector, blocks: Iterator[Block],
-                  recent: collections.deque[Block], fit: OnsetFit) -> bool:  # fmt: skip
-        """With the reply paused by a barge-in: listen on until the speech is too long for a
-        backchannel or has ended, and read its words (vocal.duplex.bargein.backchannel). True if it
-        was a backchannel and the reply has resumed (the detector watches again)."""
-        from vocal.duplex.bargein.backchannel import (
-            BackchannelJudge,
-            BackchannelOptions,
-            Verdict,
-            is_backchannel,
-            reply_left_s,
-        )
-        from vocal.duplex.handover import short_words
-
-        parts, options = self.parts, BackchannelOptions()
-        speech, player, fired = parts.speech, parts.player, detector.fired
-        assert speech is not None and player is not None and fired is not None
-        assert parts.onset_s is not None
-        left_s = reply_left_s(speech.result.sentences, player.played_frames, player.sample_rate,
-                              all_synthesized=speech.all_synthesized)  # fmt: skip
-        asks = parts.text.rstrip().rstrip("\"')*_ ").endswith("?")
-        if asks and left_s is not None and left_s < options.answer_within_ms / 1000:
-            return False  # the reply's closing question is being answered
-        # The detector's Silero follows on: it is recurrent and has heard the stream so far.
-        judge = BackchannelJudge(detector.speech_probability, parts.onset_s, options,
-                                 counted_from_s=max(parts.onset_s, fired.speech_start_s
-                                                    - JUDGE_ONSET_LEAD_S))  # fmt: skip
-        delay_s = detector.delay_frames / detector.options.sample_rate
-        paused_at_s = time.monotonic()
-        for block in blocks:
-            recent.append(block)
-            if turn.stopped.is_set() or parts.skip_requested.is_set():
-                return False
-            if judge.feed(block.samples, block.captured_at_s - delay_s) is not None:
-                break
-            if time.monotonic() - paused_at_s > options.max_pause_ms / 1000:
-                return False
-        if judge.verdict is not Verdict.ENDED:
-            return False
-        # From just before the deciding run: the traced-back onset can hold the reply's residual
-        # echo ("he's in the dark" for "uh huh" over "in the docs folder").
-        text = short_words(parts.loader, recent, judge.counted_from_s, judge.speech_end_s,
-                           delay_s, fit)  # fmt: skip
-        if text is None or not is_backchannel(text, max_words=options.max_words):
-            return False
-        first_audio = speech.result.first_audio_at_s
-        parts.backchannels.append({
-            "text": text.strip(),
-            # From the reply's first sample to the person's onset, as `interrupted_at_s`.
-            "at_s": None if first_audio is None else round(judge.onset_s - first_audio, 3),
-            "speech_s": round(judge.speech_end_s - judge.onset_s, 3),
-            "paused_s": round(time.monotonic() - fired.at_s, 3),
-        })  # fmt: skip
-        parts.onset_s = None
-        parts.clock.pop("barge_in", None)
-        detector.rearm()
-        # Not the control socket's 2.5 s hold (`resume_inhibit_ms`, measured after 2 s pauses):
-        # this pause is under a second, and "yeah... no, wait" must still be heard.
-        detector.hold(options.resume_hold_ms / 1000)
-        speech.resume()
-        return True
-
     def _learn_delay(self, removed_db: float | None, delay_ms: float | None) -> None:
         """Keep the echo delay of a fit that held (vocal.duplex.canceller.profile.learn_delay) for
         the next turn's canceller, in a thread while the person talks: the file is written off
@@ -508,13 +492,16 @@ class _Run:
         parts, settings = self.parts, self.settings
         if removed_db is None or delay_ms is None or removed_db < LEARN_MIN_REMOVED_DB:
             return
+        if parts.guard.detector is not None and parts.guard.detector.glitch_at_s:
+            return  # a glitch: the delay may be this stream's own (see LEARN_MIN_REMOVED_DB)
         if parts.learner is None:  # one per turn: the first fit that held
 
             def learned(delay_ms: float) -> None:
                 parts.learned_delay_ms = delay_ms
 
-            parts.learner = learn_delay_in_background(settings.home, *self.devices, delay_ms,
-                                                      learned)  # fmt: skip
+            parts.learner = learn_delay_in_background(
+                settings.home, *self.devices, delay_ms, learned
+            )
 
 
 __all__ = ["REVERB_GAP_MS", "STOPPED_MARKER", "converse"]

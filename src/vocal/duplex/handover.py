@@ -109,9 +109,11 @@ def fit_after_s(detector: BargeInDetector, onset_s: float) -> float | None:
 
 
 def kept_after_barge_in(
-    detector: BargeInDetector, onset_s: float, recent: Iterable[Block],
+    detector: BargeInDetector,
+    onset_s: float,
+    recent: Iterable[Block],
     echo_free: EchoFreeOnset | None,
-) -> tuple[list[Block], bool, float]:  # fmt: skip
+) -> tuple[list[Block], bool, float]:
     """The blocks from `pre_roll_ms` before the person's onset to the last one read, rebuilt
     where the fit is usable and no glitch came after the onset; whether they were; and how
     much earlier than the pre-roll they start (s), where the echo-free capture shows the
@@ -133,8 +135,11 @@ def kept_after_barge_in(
         return kept, False, 0.0
     began_s = near_end_onset_s(looked, clean, echo_free, onset_s, delay_s)
     from_s = pre_roll_s if began_s is None else min(pre_roll_s, began_s - NEAR_END_PRE_ROLL_S)
-    clean = [c for b, c in zip(looked, clean, strict=True)
-             if _block_start_s(b, delay_s) >= from_s - o.chunk_s]  # fmt: skip
+    clean = [
+        c
+        for b, c in zip(looked, clean, strict=True)
+        if _block_start_s(b, delay_s) >= from_s - o.chunk_s
+    ]
     return clean, True, pre_roll_s - from_s
 
 
@@ -154,9 +159,14 @@ def trailing_onset_s(detector: BargeInDetector | None, ended_s: float) -> float 
     if detector is None:
         return None
     trace, threshold = detector.trace, detector.options.threshold
-    last = next((i for i in range(len(trace) - 1, -1, -1)
-                 if trace[i][0] > ended_s - HANDOVER_LOOKBACK_S and trace[i][1] >= threshold),
-                None)  # fmt: skip
+    last = next(
+        (
+            i
+            for i in range(len(trace) - 1, -1, -1)
+            if trace[i][0] > ended_s - HANDOVER_LOOKBACK_S and trace[i][1] >= threshold
+        ),
+        None,
+    )
     if last is None:
         return None
     start, gap = last, 0
@@ -174,8 +184,9 @@ def trailing_onset_s(detector: BargeInDetector | None, ended_s: float) -> float 
 _Powers = tuple["Block", float, float, bool]
 
 
-def _near_end_blocks(blocks: list[Block], clean: list[Block],
-                     echo_free: EchoFreeOnset) -> list[_Powers]:  # fmt: skip
+def _near_end_blocks(
+    blocks: list[Block], clean: list[Block], echo_free: EchoFreeOnset
+) -> list[_Powers]:
     """Each block with its raw and echo-free power (mean square; raw 0 where the tap no longer
     holds it) and whether it holds more than the reply's fitted echo: an echo-free level above
     `NEAR_END_FLOOR_DBFS` and within `NEAR_END_ECHO_DB` of the raw microphone's."""
@@ -199,8 +210,10 @@ def _fit_held(powers: Iterable[_Powers]) -> bool:
     least `NEAR_END_BLOCKS` above the floor that hold no near end)."""
     floor = 10 ** (NEAR_END_FLOOR_DBFS / 10)
     echo = [(raw, left) for _b, raw, left, near in powers if not near and raw >= floor]
-    return len(echo) >= NEAR_END_BLOCKS and sum(r for r, _ in echo) >= sum(
-        left for _, left in echo) * NEAR_END_FIT_RATIO  # fmt: skip
+    return (
+        len(echo) >= NEAR_END_BLOCKS
+        and sum(r for r, _ in echo) >= sum(left for _, left in echo) * NEAR_END_FIT_RATIO
+    )
 
 
 def _near_end_runs(powers: list[_Powers]) -> list[tuple[int, int]]:
@@ -218,8 +231,9 @@ def _block_start_s(block: Block, delay_s: float = 0.0) -> float:
     return block.captured_at_s - delay_s - block.samples.shape[0] / SAMPLE_RATE
 
 
-def first_near_end_s(blocks: list[Block], clean: list[Block], echo_free: EchoFreeOnset,
-                     from_s: float = -math.inf) -> float | None:  # fmt: skip
+def first_near_end_s(
+    blocks: list[Block], clean: list[Block], echo_free: EchoFreeOnset, from_s: float = -math.inf
+) -> float | None:
     """The start (at or after `from_s`) of the first of `NEAR_END_BLOCKS` blocks in a row whose
     echo-free signal (`clean`, block for block) keeps more than `NEAR_END_ECHO_DB` below the
     raw microphone's level, above `NEAR_END_FLOOR_DBFS`: someone as loud as the echo or nearly
@@ -236,8 +250,13 @@ def first_near_end_s(blocks: list[Block], clean: list[Block], echo_free: EchoFre
     return None
 
 
-def near_end_onset_s(blocks: list[Block], clean: list[Block], echo_free: EchoFreeOnset,
-                     onset_s: float, delay_s: float) -> float | None:  # fmt: skip
+def near_end_onset_s(
+    blocks: list[Block],
+    clean: list[Block],
+    echo_free: EchoFreeOnset,
+    onset_s: float,
+    delay_s: float,
+) -> float | None:
     """Where the person the detector heard at `onset_s` began, traced back through the
     echo-free capture (`clean`, block for block; the blocks are `delay_s` ahead of the
     detector's clock): the first of the runs of `NEAR_END_BLOCKS` near-end blocks (see
@@ -248,8 +267,11 @@ def near_end_onset_s(blocks: list[Block], clean: list[Block], echo_free: EchoFre
     A person starting as loud as the echo or under it is held down by AEC3's suppressor: Silero
     on the canceller's output heard nothing of "he was not" (0 dB, 1.5 s into the reply) and
     fired 1.4 s later on "an ill disposed...", past the pre-roll."""
-    powers = [p for p in _near_end_blocks(blocks, clean, echo_free)
-              if _block_start_s(p[0], delay_s) >= onset_s - NEAR_END_LOOKBACK_S]  # fmt: skip
+    powers = [
+        p
+        for p in _near_end_blocks(blocks, clean, echo_free)
+        if _block_start_s(p[0], delay_s) >= onset_s - NEAR_END_LOOKBACK_S
+    ]
     reached_s, reached = onset_s, None
     for first, last in reversed(_near_end_runs(powers)):
         start_s = _block_start_s(powers[first][0], delay_s)
@@ -288,9 +310,9 @@ def kept_blocks(
     return kept
 
 
-def handover_blocks(guard: EchoGuard, recent: Iterable[Block],
-                    ended_s: float) -> tuple[list[Block] | None, EchoFreeOnset | None,
-                                             dict[str, Any]]:  # fmt: skip
+def handover_blocks(
+    guard: EchoGuard, recent: Iterable[Block], ended_s: float
+) -> tuple[list[Block] | None, EchoFreeOnset | None, dict[str, Any]]:
     """The reply ended by itself at `ended_s`: the capture from its end, or from just before
     someone was heard over its last `HANDOVER_LOOKBACK_S`, rebuilt, with the fit to rebuild
     what follows, and what `tail_audio` reports; (None, None, report) where no fit removes
@@ -313,8 +335,9 @@ def handover_blocks(guard: EchoGuard, recent: Iterable[Block],
     report["fit_s"] = round(time.monotonic() - started_s, 3)
     if followed is None:
         return None, None, report
-    kept = [b for b in recent
-            if b.captured_at_s > ended_s - HANDOVER_LOOKBACK_S - NEAR_END_PRE_ROLL_S]  # fmt: skip
+    kept = [
+        b for b in recent if b.captured_at_s > ended_s - HANDOVER_LOOKBACK_S - NEAR_END_PRE_ROLL_S
+    ]
     clean = rebuilt(kept, followed)
     if clean is None:
         return None, None, report
@@ -394,8 +417,14 @@ def _followed(
     return echo_free.followed(steps)
 
 
-def short_words(loader: SttLoader | None, recent: Iterable[Block], from_s: float, to_s: float,
-                delay_s: float, fit: OnsetFit) -> str | None:  # fmt: skip
+def short_words(
+    loader: SttLoader | None,
+    recent: Iterable[Block],
+    from_s: float,
+    to_s: float,
+    delay_s: float,
+    fit: OnsetFit,
+) -> str | None:
     """The words captured between `from_s` and `to_s` (capture times of the cleaned stream,
     `delay_s` late), from the raw capture minus the reply's echo when the fit is ready and
     usable, else the canceller's output; None when the recognizer cannot say.

@@ -12,21 +12,18 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ConverseOptions:
-    """What `vocal converse` was asked to do (None: from settings)."""
+    """What `vocal converse` was asked to do (None: from settings). The devices and the
+    listening flags (`--silence-ms`, `--max-seconds`...) reach the turn as settings, the one
+    route `vocal listen` takes too (vocal.hearing.listening.listen_options)."""
 
     engine: str | None = None  # the voice (TTS) engine; the recognizer is the stt_engine setting
     voice: str | None = None
     speed: float | None = None
     barge_in: bool | None = None
     aec: str | None = None  # auto, on, off
-    input_device: str | None = None
-    output_device: str | None = None
     session: str | None = None
     agent: str | None = None
     use_conch: bool = True
-    silence_ms: int | None = None
-    no_speech_timeout_s: float | None = None
-    max_seconds: float | None = None
     #: Push-to-talk: the answer ends when the person presses Enter or Space on the terminal,
     #: not on a pause; Esc cancels (vocal.hearing.push_to_talk).
     push_to_talk: bool = False

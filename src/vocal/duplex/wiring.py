@@ -62,8 +62,9 @@ class EchoGuard:
             from vocal.duplex.echo_free.onset import OnsetTaps
 
             drift_ppm = canceller.drift.drift_ppm if canceller.drift is not None else 0.0
-            self.taps = OnsetTaps(canceller.render_sample_rate, canceller.capture_sample_rate,
-                                  drift_ppm)  # fmt: skip
+            self.taps = OnsetTaps(
+                canceller.render_sample_rate, canceller.capture_sample_rate, drift_ppm
+            )
 
     # the audio callbacks
     def capture(self, block: np.ndarray) -> np.ndarray:
@@ -115,14 +116,19 @@ class EchoGuard:
             if tail_ms > options.tail_inhibit_ms:
                 options = dataclasses.replace(options, tail_inhibit_ms=tail_ms)
         self.detector = BargeInDetector(
-            speech_probability, on_barge_in, options,
+            speech_probability,
+            on_barge_in,
+            options,
             activity=canceller.activity if canceller is not None else None,
-            glitches=lambda: (canceller.glitches if canceller is not None else 0)
-            + player.underflows + mic.overflows,
+            glitches=lambda: (
+                (canceller.glitches if canceller is not None else 0)
+                + player.underflows
+                + mic.overflows
+            ),
             attenuation=canceller.attenuation_db if canceller is not None else None,
             echo_levels=canceller.echo_levels_db if canceller is not None else None,
             room_level_db=room_level_db,
-        )  # fmt: skip
+        )
         return self.detector
 
     def feed(self, block: Block) -> BargeIn | None:

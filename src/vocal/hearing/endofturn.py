@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from vocal.config import Settings
 from vocal.hearing.smart_turn import SMART_TURN_SAMPLE_RATE, SMART_TURN_WINDOW_S
 
 if TYPE_CHECKING:
@@ -59,15 +60,15 @@ class EndOfTurnOptions:
     asked; `finished_ms`, the wait when every signal says the person has finished;
     `max_pause_ms`, the wait when the words say they have not (distinct from `--max-seconds`,
     which caps the whole recording). Between the two the wait is graded by the signals'
-    confidence (`wait_for`). The endpointer's `--silence-ms` (700) is the wait when no signal
+    confidence (`wait_for`). The endpointer's `--silence-ms` is the wait when no signal
     can be had (`--no-turn-model`, or no model loaded). `benchmarks/turns --parts curve`
     chose the thresholds on the corpus's tuning split, cut-offs first.
     """
 
-    enabled: bool = True
-    check_ms: int = 160
+    enabled: bool = Settings.turn_model
+    check_ms: int = Settings.turn_check_ms
     finished_ms: int = 500
-    max_pause_ms: int = 2500
+    max_pause_ms: int = Settings.max_pause_ms
     #: Smart Turn's P(complete) at or above which the voice says "finished" outright; the
     #: confidence it gives falls to 0 at `audio_unfinished`.
     audio_finished: float = 0.7

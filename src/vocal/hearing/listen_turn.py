@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vocal.hearing import DEFAULT_FIXED_SECONDS
+
 if TYPE_CHECKING:
     import threading
     from pathlib import Path
@@ -19,15 +21,12 @@ if TYPE_CHECKING:
     from vocal.hearing.listening import ListenResult
     from vocal.hearing.push_to_talk import PushToTalk
 
-#: The fixed window's default (vocal.hearing.listening.DEFAULT_FIXED_SECONDS, without numpy).
-DEFAULT_SECONDS = 5.0
-
 
 def listen_turn(
     settings: Settings,
     *,
     vad: bool = True,
-    seconds: float = DEFAULT_SECONDS,
+    seconds: float = DEFAULT_FIXED_SECONDS,
     input_file: Path | None = None,
     meter: bool = True,
     push_to_talk: bool = False,

@@ -38,14 +38,12 @@ from vocal.audio.vad import (
 from vocal.audio.wav import STT_SAMPLE_RATE, Audio
 from vocal.config import Settings, bad_setting
 from vocal.errors import VocalError
+from vocal.hearing import DEFAULT_FIXED_SECONDS
 from vocal.hearing.early import TurnTranscripts
 from vocal.hearing.endofturn import EndOfTurnOptions, PauseJudge
 from vocal.hearing.stt_loading import SttLoader
 from vocal.hearing.turn_models import EndOfTurnModels
 from vocal.stt import SttEngine, Transcript
-
-#: How long the fixed-window mode records when no --seconds is given.
-DEFAULT_FIXED_SECONDS = 5.0
 
 
 class BlockSource(Protocol):
@@ -75,7 +73,7 @@ class ListenOptions:
     #: (beam 5, 39 complete and paused turns: WER 0.343 with 32 ms of tail, 0.341 with 96 ms,
     #: 0.337 with 64), since the last speech chunk already holds the word's tail (it is the
     #: last chunk above the stop threshold); `benchmarks/turns --parts wer` checks it end to end.
-    early_after_ms: int = 32
+    early_after_ms: int = Settings.early_transcription_ms
     #: The end-of-turn stage (vocal.hearing.endofturn): after `check_ms` of silence, is the turn
     #: complete? VAD mode only; `enabled=False` is the plain silence window.
     end_of_turn: EndOfTurnOptions = field(default_factory=EndOfTurnOptions)
@@ -99,19 +97,12 @@ def listen_options(
     *,
     vad: bool = True,
     seconds: float = DEFAULT_FIXED_SECONDS,
-    silence_ms: int | None = None,
-    max_seconds: float | None = None,
-    no_speech_timeout_s: float | None = None,
 ) -> ListenOptions:
-    """`ListenOptions` from `vocal.config.Settings` (and a command's own overrides): the one
-    place `listen` and `converse` build their endpointing and end-of-turn options. A bad value
-    (from a flag, `VOCAL_*` or config.toml) is a `UsageError`."""
-    endpoint = endpoint_options(
-        settings,
-        silence_ms=silence_ms,
-        max_seconds=max_seconds,
-        no_speech_timeout_s=no_speech_timeout_s,
-    )
+    """`ListenOptions` from `vocal.config.Settings`: the one place `listen` and `converse` build
+    their endpointing and end-of-turn options, both commands' flags reaching it as settings
+    (`load_settings(silence_ms=...)`). A bad value (from a flag, `VOCAL_*` or config.toml) is a
+    `UsageError`."""
+    endpoint = endpoint_options(settings)
     with bad_setting("listening"):
         end_of_turn = EndOfTurnOptions(
             enabled=settings.turn_model,

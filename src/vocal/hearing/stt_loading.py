@@ -11,6 +11,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from vocal.config import Settings
 from vocal.stt import SttEngine, load_stt
 
 if TYPE_CHECKING:
@@ -135,10 +136,10 @@ class SttLoader:
 
     def __init__(
         self,
-        name: str = "auto",
-        model: str = "tiny.en",
+        name: str = Settings.stt_engine,
+        model: str = Settings.stt_model,
         *,
-        warm_up: bool = True,
+        warm_up: bool = Settings.stt_warm_up,
         fallback: dict[str, Any] | None = None,
         hints: Callable[[], Hints | None] | None = None,
         **options: Any,

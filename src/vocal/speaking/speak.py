@@ -164,7 +164,7 @@ def _speak_to_file(
     failing the check, nothing speakable, Ctrl-C, SIGTERM, a full disk) the file that was
     there is left byte for byte (issue 37)."""
     from vocal.audio.file_devices import WavSink
-    from vocal.floor.conch import interrupt_on_signals
+    from vocal.floor.conch.queue import interrupt_on_signals
 
     with interrupt_on_signals():  # SIGTERM/SIGHUP unwind (exit 130) instead of killing
         speech.start()

@@ -13,6 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from vocal.config import Settings
 from vocal.errors import EngineError
 
 if TYPE_CHECKING:
@@ -91,7 +92,9 @@ def is_remote(engine: object) -> bool:
     return bool(getattr(engine, "remote", False))
 
 
-def load_stt(name: str = "auto", model: str = "tiny.en", **options: object) -> SttEngine:
+def load_stt(
+    name: str = Settings.stt_engine, model: str = Settings.stt_model, **options: object
+) -> SttEngine:
     """Import and load engine `name` ("auto" picks by platform, never a remote engine) with
     `model`."""
     if name == "auto":

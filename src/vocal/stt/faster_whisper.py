@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vocal.config import Settings
 from vocal.errors import EngineError
 from vocal.hub import first_line, hub_snapshot
 from vocal.stt import Transcript, repeats
@@ -152,7 +153,8 @@ class FasterWhisperEngine:
             id "org/repo", or a path to a CTranslate2 Whisper directory.
         language: a language code, or None/"auto" to detect (multilingual models only).
         compute_type: CTranslate2 compute type; int8 is fastest on CPUs.
-        beam_size: 5 by default (the module docstring); 1 is greedy decoding, the fastest.
+        beam_size: the stt_beam_size setting by default (the module docstring); 1 is greedy
+            decoding, the fastest.
         cpu_threads: 0 lets CTranslate2 choose.
         hints: words to expect (vocal.stt.hints), given to Whisper as the text before the
             utterance (its prompt), in both the short and the 30 s window.
@@ -164,9 +166,9 @@ class FasterWhisperEngine:
         self,
         model: str = EMBEDDED_MODEL,
         *,
-        language: str | None = "en",
+        language: str | None = Settings.language,
         compute_type: str = "int8",
-        beam_size: int = 5,
+        beam_size: int = Settings.stt_beam_size,
         cpu_threads: int = 0,
         hints: str | None = None,
     ) -> None:

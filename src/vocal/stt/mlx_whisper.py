@@ -37,6 +37,7 @@ from concurrent.futures import Future, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vocal.config import Settings
 from vocal.errors import EngineError
 from vocal.floor.statedir import make_private_dirs
 from vocal.hub import first_line, hub_snapshot
@@ -381,7 +382,7 @@ class MlxWhisperEngine:
         self,
         model: str = EMBEDDED_MODEL,
         *,
-        language: str | None = "en",
+        language: str | None = Settings.language,
         cache_dir: str | os.PathLike | None = None,
         fp16: bool | None = None,
         hints: str | None = None,

@@ -33,6 +33,7 @@ import os
 import time
 from typing import TYPE_CHECKING
 
+from vocal.config import Settings
 from vocal.errors import EngineError
 from vocal.files.bounded import BoundedReadError, loads_json
 from vocal.net import client, urls
@@ -42,12 +43,12 @@ from vocal.stt import Transcript
 if TYPE_CHECKING:
     from vocal.audio.wav import Audio
 
-OPENAI_URL = "https://api.openai.com/v1"
-DEFAULT_MODEL = "whisper-1"
+OPENAI_URL = Settings.openai_base_url
+DEFAULT_MODEL = Settings.openai_stt_model
 #: The deadline for one transcription, retries included: whisper-1 answers a short turn in
 #: about a second; ten leaves room for a slow network without leaving a person waiting long
 #: (no measurement against the real service here).
-DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_TIMEOUT_S = Settings.openai_stt_timeout_s
 #: Attempts after the first for a 5xx or a dropped connection (vocal.net.client).
 RETRIES = 2
 KEY_VARIABLE = "OPENAI_API_KEY"
@@ -92,7 +93,7 @@ class OpenAiSttEngine:
         self,
         model: str = DEFAULT_MODEL,
         *,
-        language: str | None = "en",
+        language: str | None = Settings.language,
         base_url: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         prompt: str | None = None,

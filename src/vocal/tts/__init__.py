@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from vocal.config import Settings
 from vocal.errors import EngineError, UsageError
 
 if TYPE_CHECKING:
@@ -131,7 +132,9 @@ def voice_names(name: str, **options: Any) -> list[str]:
         return []
 
 
-def load_tts(name: str = "hibari", voice: str | None = None, **options: Any) -> TtsEngine:
+def load_tts(
+    name: str = Settings.tts_engine, voice: str | None = None, **options: Any
+) -> TtsEngine:
     """Import and construct engine `name` for `voice` (None: the engine's default voice)."""
     return engine_class(name)(voice=voice, **options)
 

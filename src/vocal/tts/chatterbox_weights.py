@@ -7,16 +7,12 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from vocal.config import Settings
 from vocal.errors import EngineError
 from vocal.floor.statedir import make_private_dirs
 
-if TYPE_CHECKING:
-    from vocal.config import Settings
-
-
-DEFAULT_REPO = "onnx-community/chatterbox-ONNX"
+DEFAULT_REPO = Settings.chatterbox_repo
 DOWNLOAD_SIZE = "about 1.5 GB"
 TOKENIZER_FILE = "tokenizer.json"
 DEFAULT_VOICE_FILE = "default_voice.wav"

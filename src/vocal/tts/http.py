@@ -15,6 +15,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from vocal.config import Settings
 from vocal.errors import EngineError
 from vocal.net import client, urls
 from vocal.tts import INSTALL_HINTS, TtsEngine, unknown_voice
@@ -22,11 +23,11 @@ from vocal.tts import INSTALL_HINTS, TtsEngine, unknown_voice
 if TYPE_CHECKING:
     import numpy as np
 
-DEFAULT_TIMEOUT_S = 20.0
+DEFAULT_TIMEOUT_S = Settings.tts_http_timeout_s
 #: The largest answer read for one sentence: OpenAI takes at most 4,096 characters, about five
 #: minutes of speech, 14 MB of 24 kHz 16-bit WAV; this leaves room for a slow `speed`.
 MAX_AUDIO_BYTES = 64 * 1024 * 1024
-OPENAI_URL = "https://api.openai.com/v1"
+OPENAI_URL = Settings.openai_base_url
 #: OpenAI's voices; another compatible server may have others, so only OpenAI's are checked.
 OPENAI_VOICES = (
     "alloy",
@@ -80,7 +81,7 @@ class OpenAiEngine(TtsEngine):
         self.base_url = urls.base_url(
             str(_setting(settings, "openai_base_url", OPENAI_URL)), "openai_base_url"
         )
-        self.model = _setting(settings, "openai_tts_model", "gpt-4o-mini-tts")
+        self.model = _setting(settings, "openai_tts_model", Settings.openai_tts_model)
         self.timeout_s = float(_setting(settings, "tts_http_timeout_s", DEFAULT_TIMEOUT_S))
         self.voice = voice or "alloy"
         official = urls.hostname(self.base_url) == "api.openai.com"
@@ -131,10 +132,10 @@ class ElevenLabsEngine(TtsEngine):
 
     def __init__(self, voice: str | None = None, *, settings: Any = None, **_options: Any) -> None:
         self.base_url = urls.base_url(
-            str(_setting(settings, "elevenlabs_base_url", "https://api.elevenlabs.io")),
+            str(_setting(settings, "elevenlabs_base_url", Settings.elevenlabs_base_url)),
             "elevenlabs_base_url",
         )
-        self.model = _setting(settings, "elevenlabs_model", "eleven_flash_v2_5")
+        self.model = _setting(settings, "elevenlabs_model", Settings.elevenlabs_model)
         self.timeout_s = float(_setting(settings, "tts_http_timeout_s", DEFAULT_TIMEOUT_S))
         self.voice = voice or ELEVENLABS_DEFAULT_VOICE
         if not re.fullmatch(r"[A-Za-z0-9]{8,64}", self.voice):

@@ -57,8 +57,14 @@ class AmbientFloor:
     (`BargeInOptions.ambient_margin_db`).
     """
 
-    def __init__(self, margin_db: float | None, *, prior_db: float | None = None,
-                 history: int = HISTORY_CHUNKS, min_chunks: int = MIN_CHUNKS) -> None:  # fmt: skip
+    def __init__(
+        self,
+        margin_db: float | None,
+        *,
+        prior_db: float | None = None,
+        history: int = HISTORY_CHUNKS,
+        min_chunks: int = MIN_CHUNKS,
+    ) -> None:
         self.margin_db = margin_db
         self.min_chunks = min_chunks
         self._levels: collections.deque[float] = collections.deque(maxlen=history)

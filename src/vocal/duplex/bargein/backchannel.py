@@ -39,9 +39,16 @@ ACKNOWLEDGEMENTS = frozenset(
 )
 #: Phrases of acknowledgement, as words (checked before the single words).
 ACKNOWLEDGEMENT_PHRASES = (
-    ("all", "right"), ("got", "it"), ("i", "see"), ("thank", "you"), ("go", "on"),
-    ("makes", "sense"), ("sounds", "good"), ("of", "course"), ("that", "makes", "sense"),
-)  # fmt: skip
+    ("all", "right"),
+    ("got", "it"),
+    ("i", "see"),
+    ("thank", "you"),
+    ("go", "on"),
+    ("makes", "sense"),
+    ("sounds", "good"),
+    ("of", "course"),
+    ("that", "makes", "sense"),
+)
 #: Words that mean the person wants the floor, however short. "top": Whisper's usual hearing
 #: of a "stop" whose "s" the echo canceller's suppressor took (vocal.duplex.echo_free.onset).
 STOP_WORDS = frozenset(
@@ -88,8 +95,13 @@ class BackchannelOptions:
     chunk_frames: int = 512
 
     def __post_init__(self) -> None:
-        durations = (self.max_speech_ms, self.end_silence_ms, self.max_pause_ms,
-                     self.answer_within_ms, self.resume_hold_ms)  # fmt: skip
+        durations = (
+            self.max_speech_ms,
+            self.end_silence_ms,
+            self.max_pause_ms,
+            self.answer_within_ms,
+            self.resume_hold_ms,
+        )
         if min(durations) < 0:
             raise ValueError("durations must not be negative")
         if not 0.0 < self.quiet_probability < 1.0:
@@ -111,8 +123,9 @@ def is_backchannel(text: str, *, max_words: int = BackchannelOptions.max_words) 
         return False
     rest, i = [], 0
     while i < len(words):
-        phrase = next((p for p in ACKNOWLEDGEMENT_PHRASES if tuple(words[i : i + len(p)]) == p),
-                      None)  # fmt: skip
+        phrase = next(
+            (p for p in ACKNOWLEDGEMENT_PHRASES if tuple(words[i : i + len(p)]) == p), None
+        )
         if phrase is not None:
             i += len(phrase)
             continue
@@ -168,8 +181,9 @@ class BackchannelJudge:
             self.verdict = Verdict.ENDED
 
 
-def reply_left_s(records: list[SentenceRecord], played_frames: int, sample_rate: int, *,
-                 all_synthesized: bool) -> float | None:  # fmt: skip
+def reply_left_s(
+    records: list[SentenceRecord], played_frames: int, sample_rate: int, *, all_synthesized: bool
+) -> float | None:
     """How much of the reply is still to play (s): the sentences queued or playing, past
     `played_frames` of the output; None while sentences are still being synthesized (more to
     come, how much unknown)."""

@@ -40,12 +40,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from vocal.audio.chunks import Chunker
+from vocal.config import Settings
 from vocal.duplex.bargein.ambient import ROOM_MARGIN_DB, AmbientFloor
 
 if TYPE_CHECKING:
     import numpy as np
-
-    from vocal.config import Settings
 
 SpeechProbability = Callable[["np.ndarray"], float]
 
@@ -79,12 +78,12 @@ class BargeInOptions:
     of those.
     """
 
-    threshold: float = 0.5
-    consecutive_chunks: int = 3
+    threshold: float = Settings.barge_in_threshold
+    consecutive_chunks: int = Settings.barge_in_chunks
     #: A run may begin with one chunk at or above this lower probability (Silero rises over
     #: 2-3 chunks at an onset: 0.16, 0.59, ...), which fires one chunk (32 ms) earlier when
     #: the onset passes through it; None: every chunk of the run must reach `threshold`.
-    onset_threshold: float | None = None
+    onset_threshold: float | None = Settings.barge_in_onset_threshold
     #: Chunks enough while the canceller is known to be cancelling well (None: always
     #: `consecutive_chunks`). The run's first chunk decides: if the canceller took at least
     #: `healthy_attenuation_db` out of the median of the `health_chunks` chunks (256 ms)
@@ -94,7 +93,7 @@ class BargeInOptions:
     #: the far end just resumed, AEC3 off its echo path after a stall, a noisy room)
     #: `consecutive_chunks` must. Measured (benchmarks/converse): the deciding chunk ~35 ms
     #: earlier when it applies, the same false barge-ins in 60 echo-only runs.
-    fast_chunks: int | None = 2
+    fast_chunks: int | None = Settings.barge_in_fast_chunks
     healthy_attenuation_db: float = 30.0
     health_chunks: int = 8
     #: A double-talk test (None: off): a run fires only once one of its chunks is at least
@@ -115,14 +114,14 @@ class BargeInOptions:
     #: past 0.8 s: hence 2 dB. A person much quieter than the echo at the microphone is not
     #: heard over the reply. While the gain is unknown (fewer than `double_talk_min_chunks`
     #: echo chunks seen) or nothing plays, no run is held back.
-    double_talk_db: float | None = 2.0
+    double_talk_db: float | None = Settings.barge_in_double_talk_db
     #: A chunk this many dB (or more) louder at the raw microphone than the echo the played
     #: level predicts, while the reply plays, decides alone once Silero calls it speech
     #: (None: never): a person that plain needs no second chunk. Measured on
     #: benchmarks/converse traces (20 echo-only long replies, 12 barge-ins): speech-like echo
     #: chunks rose at most 1.2 dB above the prediction, the person's first speech chunk
     #: 3.6-15.6 dB, and 7 of the 12 deciding runs had a chunk >= 6 dB 40 ms earlier.
-    strong_chunk_db: float | None = 6.0
+    strong_chunk_db: float | None = Settings.barge_in_strong_chunk_db
     double_talk_percentile: float = 95.0
     double_talk_history: int = 150
     double_talk_min_chunks: int = 10
@@ -171,8 +170,12 @@ class BargeInOptions:
             raise ValueError("double_talk_percentile must be between 0 and 100")
         if self.double_talk_history < 1 or self.double_talk_min_chunks < 1:
             raise ValueError("double_talk_history and double_talk_min_chunks must be at least 1")
-        durations = (self.convergence_inhibit_ms, self.tail_inhibit_ms, self.glitch_inhibit_ms,
-                     self.pre_roll_ms)  # fmt: skip
+        durations = (
+            self.convergence_inhibit_ms,
+            self.tail_inhibit_ms,
+            self.glitch_inhibit_ms,
+            self.pre_roll_ms,
+        )
         if min(durations) < 0:
             raise ValueError("durations must not be negative")
 
@@ -368,9 +371,8 @@ class BargeInDetector:
             self._attenuation_db = self.attenuation(captured_at_s)
         if self.echo_levels is not None and captured_at_s is not None:
             self._echo_levels = self.echo_levels(captured_at_s)
-        end_s = (self._clock() if captured_at_s is None else captured_at_s) - (
-            self.delay_frames / o.sample_rate
-        )
+        delay_s = self.delay_frames / o.sample_rate
+        end_s = (self._clock() if captured_at_s is None else captured_at_s) - delay_s
         for chunk, chunk_end_s in self._chunker.feed(samples, end_s):
             if self._step(chunk, chunk_end_s):
                 return self.fired  # the rest of `samples` is not looked at
@@ -385,22 +387,18 @@ class BargeInDetector:
         windows = {self.window(start_s), self.window(end_s)} - {None}
         inhibited = bool(windows)
         excess = None
-        if (
-            windows
-            and windows <= {"tail", "glitch"}
-            and o.tail_override_db is not None
-            and (probability >= o.threshold)
-        ):
+        speech_like = probability >= o.threshold
+        override_db = o.tail_override_db
+        if windows and windows <= {"tail", "glitch"} and override_db is not None and speech_like:
             # Far louder at the raw microphone than the echo the played level predicts: a
             # person, not residual echo (see `tail_override_db`).
             excess = self.excess_db(echo_only=False)
-            inhibited = excess is None or excess < o.tail_override_db
+            inhibited = excess is None or excess < override_db
             if not inhibited:
                 self.tail_overrides += "tail" in windows
                 self.glitch_overrides += "glitch" in windows
         if excess is None or inhibited:
-            excess = self.excess_db(echo_only=probability < o.threshold,
-                                    maybe_echo=inhibited)  # fmt: skip
+            excess = self.excess_db(echo_only=probability < o.threshold, maybe_echo=inhibited)
         raw_db = None if self._echo_levels is None else self._echo_levels[0]
         quiet = math.isinf(excess or 0.0)  # nothing plays that can echo in this chunk
         above = self.ambient.above(raw_db, playing=not quiet)
@@ -409,8 +407,7 @@ class BargeInDetector:
             # their speech must not become the room's level (see `AmbientFloor.teach`). A
             # glitch (an underflow as the stream starts, often) matters to the canceller, not
             # to a raw level.
-            self.ambient.teach(raw_db, speech=probability >= o.threshold and not windows,
-                               above=above)  # fmt: skip
+            self.ambient.teach(raw_db, speech=speech_like and not windows, above=above)
         self.trace.append((end_s, probability, inhibited, self._attenuation_db, excess))
         if inhibited:
             self.inhibited_chunks += 1

@@ -60,8 +60,7 @@ def room_level_path(home: Path, output: str, input: str) -> Path:
 
 def parse_room_level(data: object) -> RoomLevel:
     """A `RoomLevel` from its JSON (BadRecord for anything vocal does not write)."""
-    return record_from(RoomLevel, data, {"level_db": (-200.0, 20.0),
-                                         "measured_at": (0.0, 1e11)})  # fmt: skip
+    return record_from(RoomLevel, data, {"level_db": (-200.0, 20.0), "measured_at": (0.0, 1e11)})
 
 
 def fresh_room_level(home: Path, output: str, input: str, *, now_s: float) -> float | None:
@@ -75,8 +74,12 @@ def fresh_room_level(home: Path, output: str, input: str, *, now_s: float) -> fl
     return level.level_db if 0 <= now_s - level.measured_at <= FRESH_S else None
 
 
-def hear_room_first(mic: Microphone, feed: Callable[[Block], object], floor: AmbientFloor,
-                    limit_s: float = FIRST_LISTEN_S) -> float:  # fmt: skip
+def hear_room_first(
+    mic: Microphone,
+    feed: Callable[[Block], object],
+    floor: AmbientFloor,
+    limit_s: float = FIRST_LISTEN_S,
+) -> float:
     """Before a turn's first sound, where the room's level is not known (`floor`, the barge-in
     detector's; a kept level counts as known): give the microphone's blocks to the detector
     (`feed`) until it is, or `limit_s` has passed. Returns the seconds spent (0.0 where the
@@ -91,8 +94,9 @@ def hear_room_first(mic: Microphone, feed: Callable[[Block], object], floor: Amb
     return round(time.monotonic() - started_s, 3)
 
 
-def keep_heard_level(home: Path, output_device: str | None, input_device: str | None,
-                     ambient: AmbientFloor) -> threading.Thread | None:  # fmt: skip
+def keep_heard_level(
+    home: Path, output_device: str | None, input_device: str | None, ambient: AmbientFloor
+) -> threading.Thread | None:
     """Keep the level a turn's detector heard (`ambient`), if it heard the room long enough
     (see `MIN_CHUNKS`), in a thread (started; join it before the process exits; the device pair
     is resolved there). A state directory that cannot take it never fails the turn."""

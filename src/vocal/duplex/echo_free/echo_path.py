@@ -29,8 +29,7 @@ FIT_ENDS_BEFORE_ONSET_S = (0.1, 0.6, 1.1)
 #: reply, or in a short one, the output's latency can still move (it slipped 60-80 ms within
 #: the first seconds live), and a 2 s stretch then spans two echo paths. A 2 s question's
 #: answer begun at its end: 6-11 dB removed with the 2 s stretches, 37-60 dB with 1 s.
-FIT_CANDIDATES = (*((before, FIT_S) for before in FIT_ENDS_BEFORE_ONSET_S), (0.1, 1.0),
-                  (0.6, 1.0))  # fmt: skip
+FIT_CANDIDATES = (*((before, FIT_S) for before in FIT_ENDS_BEFORE_ONSET_S), (0.1, 1.0), (0.6, 1.0))
 #: A fit needs at least this much reply.
 FIT_MIN_S = 1.0
 #: The echo's delay over this much reply, ending `FIT_ENDS_BEFORE_ONSET_S[0]` before the
@@ -86,8 +85,9 @@ class EchoPath:
         return self.lag + int(np.argmax(np.abs(self.h)))
 
 
-def fit_echo_path(reference: np.ndarray, raw: np.ndarray, fit: slice,
-                  lags: tuple[int, int]) -> EchoPath | None:  # fmt: skip
+def fit_echo_path(
+    reference: np.ndarray, raw: np.ndarray, fit: slice, lags: tuple[int, int]
+) -> EchoPath | None:
     """Fit the echo of `reference` in `raw` (same grid, same rate) over `raw[fit]`.
 
     The delay is the strongest cross-correlation within `lags` (samples); the filter, `TAPS`
@@ -113,8 +113,13 @@ def fit_echo_path(reference: np.ndarray, raw: np.ndarray, fit: slice,
     return EchoPath(lag=first, h=h.astype(np.float32), removed_db=_removed_db(y, y - estimate))
 
 
-def _correlation(reference: np.ndarray, raw: np.ndarray, stretch: slice,
-                 lags: tuple[int, int], phat: bool = False) -> np.ndarray | None:  # fmt: skip
+def _correlation(
+    reference: np.ndarray,
+    raw: np.ndarray,
+    stretch: slice,
+    lags: tuple[int, int],
+    phat: bool = False,
+) -> np.ndarray | None:
     """|cross-correlation| of `reference` with `raw[stretch]`, index k at lag lags[1] - k (k up
     to lags[1] - lags[0]); with `phat`, of their spectra's phases alone (GCC-PHAT). None when
     the stretch holds no sound or the reference nothing over -60 dBFS (a pause in the reply
@@ -134,15 +139,13 @@ def _correlation(reference: np.ndarray, raw: np.ndarray, stretch: slice,
     return np.abs(np.fft.irfft(cross, size)[: high - low + 1])
 
 
-def peak_stands_out(corr: np.ndarray, k: int, apart: int, ratio: float) -> bool:
-    """Whether `corr[k]` is at least `ratio` times every value more than `apart` samples from
-    it (True where there is none): one clear echo, not a match among many."""
-    others = np.concatenate([corr[: max(0, k - apart)], corr[k + apart + 1 :]])
-    return not others.size or bool(corr[k] >= ratio * float(np.max(others)))
-
-
-def echo_lag_now(reference: np.ndarray, raw: np.ndarray, stretch: slice, lags: tuple[int, int],
-                 rate: int = SAMPLE_RATE) -> int | None:  # fmt: skip
+def echo_lag_now(
+    reference: np.ndarray,
+    raw: np.ndarray,
+    stretch: slice,
+    lags: tuple[int, int],
+    rate: int = SAMPLE_RATE,
+) -> int | None:
     """The echo's delay (samples, within `lags`) over a short stretch that may hold the person
     too: the peak of GCC-PHAT, which whitens both, so that a person talking over the echo does
     not pull the peak to wherever their voice and the reply's happen to match (the plain
@@ -154,7 +157,10 @@ def echo_lag_now(reference: np.ndarray, raw: np.ndarray, stretch: slice, lags: t
     if corr is None:
         return None
     k = int(np.argmax(corr))
-    if not peak_stands_out(corr, k, round(MOVED_MS * rate / 1000), DISTINCT):
+    away = round(MOVED_MS * rate / 1000)
+    others = np.concatenate([corr[: max(0, k - away)], corr[k + away + 1 :]])
+    stands_out = not others.size or corr[k] >= DISTINCT * float(np.max(others))
+    if not stands_out:  # a match among many, not one clear echo
         return None
     return lags[1] - k
 
@@ -181,15 +187,26 @@ def echo_estimate(reference: np.ndarray, path: EchoPath, start: int, stop: int) 
     return np.convolve(x, path.h, mode="valid")[: stop - start].astype(np.float32)
 
 
-def best_echo_path(reference: np.ndarray, raw: np.ndarray, onset: int, *, earliest: int = 0,
-                   rate: int = SAMPLE_RATE) -> EchoPath | None:  # fmt: skip
+def best_echo_path(
+    reference: np.ndarray,
+    raw: np.ndarray,
+    onset: int,
+    *,
+    earliest: int = 0,
+    rate: int = SAMPLE_RATE,
+) -> EchoPath | None:
     """The best of the candidate fits (`FIT_S` of reply ending `FIT_ENDS_BEFORE_ONSET_S`
     before raw sample `onset`, none before `earliest`) whose delay is the echo's just before
     the onset (`RECENT_S`, `MOVED_MS`), or None if none could be made."""
     lags = (round(LAG_RANGE_S[0] * rate), round(LAG_RANGE_S[1] * rate))
     recent_end = onset - round(FIT_ENDS_BEFORE_ONSET_S[0] * rate)
-    recent = echo_lag_now(reference, raw, slice(max(earliest, recent_end - round(RECENT_S * rate)),
-                                                 recent_end), lags, rate)  # fmt: skip
+    recent = echo_lag_now(
+        reference,
+        raw,
+        slice(max(earliest, recent_end - round(RECENT_S * rate)), recent_end),
+        lags,
+        rate,
+    )
     best = None
     for before_s, fit_s in FIT_CANDIDATES:
         end = onset - round(before_s * rate)
@@ -214,6 +231,5 @@ __all__ = [
     "echo_estimate",
     "echo_lag_now",
     "fit_echo_path",
-    "peak_stands_out",
     "shifted_reference",
 ]

@@ -58,8 +58,12 @@ class OnsetTaps:
     echo half a second on where one on the drifting clock removed 28-47 dB (the harness's drifting
     room, offline, hibari's reply; benchmarks/RESULTS.md)."""
 
-    def __init__(self, render_sample_rate: int, capture_sample_rate: int = SAMPLE_RATE,
-                 drift_ppm: float = 0.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        render_sample_rate: int,
+        capture_sample_rate: int = SAMPLE_RATE,
+        drift_ppm: float = 0.0,
+    ) -> None:
         self.raw = StreamTap(capture_sample_rate)
         self.played = StreamTap(render_sample_rate)
         self.drift_ppm = drift_ppm
@@ -82,8 +86,9 @@ class OnsetTaps:
         base = raw_blocks[0][1]
         raw = joined(raw_blocks, base, self.raw.total)
         # The reply as played, on the raw stream's grid, through the clock.
-        frame = round((base - clock_offset(raw_blocks, played_blocks, rate, played_rate))
-                      * played_rate / rate)  # fmt: skip
+        frame = round(
+            (base - clock_offset(raw_blocks, played_blocks, rate, played_rate)) * played_rate / rate
+        )
         count = math.ceil(raw.shape[0] * played_rate / rate) + played_rate
         played = joined(played_blocks, frame, frame + count)
         reference = played if played_rate == rate else resample(played, played_rate, rate)
@@ -93,8 +98,9 @@ class OnsetTaps:
             reference = warped(reference, self.drift_ppm, raw.shape[0])
         return AlignedStreams(raw, reference, base, raw_blocks, rate)
 
-    def rebuild(self, onset_s: float, reply_started_s: float | None,
-                after_s: float | None = None) -> EchoFreeOnset | None:  # fmt: skip
+    def rebuild(
+        self, onset_s: float, reply_started_s: float | None, after_s: float | None = None
+    ) -> EchoFreeOnset | None:
         """The raw capture with the reply's fitted echo taken out, fitted on the reply before
         `onset_s` and after `after_s` (a glitch moved the echo path before it); None when
         there was nothing to fit (see `EchoFreeOnset.usable`)."""
@@ -104,8 +110,9 @@ class OnsetTaps:
         onset = streams.index(onset_s)
         starts = [t for t in (reply_started_s, after_s) if t is not None]
         earliest = max(0, streams.index(max(starts))) if starts else 0
-        path = best_echo_path(streams.reference, streams.raw, onset, earliest=earliest,
-                              rate=streams.rate)  # fmt: skip
+        path = best_echo_path(
+            streams.reference, streams.raw, onset, earliest=earliest, rate=streams.rate
+        )
         if path is None:
             return None
         return EchoFreeOnset(self, streams.base, streams.reference, path, fitted_from=earliest)

@@ -58,9 +58,12 @@ def stream_clock_s(stamps: np.ndarray, ends: np.ndarray, rate: int) -> float:
     return float(np.percentile(stamps - ends / rate, CLOCK_PERCENTILE))
 
 
-def clock_offset(raw_blocks: list[tuple[float, int, np.ndarray]],
-                  played_blocks: list[tuple[float, int, np.ndarray]], rate: int,
-                  played_rate: int) -> float:  # fmt: skip
+def clock_offset(
+    raw_blocks: list[tuple[float, int, np.ndarray]],
+    played_blocks: list[tuple[float, int, np.ndarray]],
+    rate: int,
+    played_rate: int,
+) -> float:
     """Where the capture stood minus where the output stood, in raw samples, at one instant,
     through each stream's clock (`stream_clock_s`). One block would do on a steady clock, but
     an output's first callbacks come in a burst (PortAudio filling the device's buffer), and

@@ -69,8 +69,9 @@ class DelayTrack:
         return np.concatenate([sound[:onset], out.astype(sound.dtype)])
 
 
-def follow_delay(reference: np.ndarray, mic: np.ndarray, probe: slice,
-                 delay_samples: int) -> DelayTrack:  # fmt: skip
+def follow_delay(
+    reference: np.ndarray, mic: np.ndarray, probe: slice, delay_samples: int
+) -> DelayTrack:
     """The track of the echo of `reference[probe]` in `mic` (same grid, `SAMPLE_RATE`) around
     `delay_samples`; no move where the probe is too short to follow (under three windows)."""
     start, stop = probe.start or 0, probe.stop if probe.stop is not None else reference.shape[0]
@@ -87,8 +88,13 @@ def follow_delay(reference: np.ndarray, mic: np.ndarray, probe: slice,
         corr = np.fft.irfft(np.fft.rfft(y, size) * np.conj(np.fft.rfft(x, size)), size)
         corr = np.abs(corr[: 2 * reach + 1])
         k = int(np.argmax(corr))
+        between = 0.0
+        if 0 < k < corr.shape[0] - 1:
+            # The peak between samples: the parabola through it and its neighbours.
+            curve = float(corr[k - 1] - 2 * corr[k] + corr[k + 1])
+            between = 0.5 * float(corr[k - 1] - corr[k + 1]) / curve if curve else 0.0
         centres.append(at + window // 2 - start)
-        delays.append(delay_samples - reach + k + peak_between(corr, k))
+        delays.append(delay_samples - reach + k + between)
     if len(delays) < 3:
         return DelayTrack()
     d = np.asarray(delays)
@@ -99,21 +105,14 @@ def follow_delay(reference: np.ndarray, mic: np.ndarray, probe: slice,
         holds = i + 1 == d.shape[0] or abs(d[i + 1] - d[i]) < STEP_MIN_SAMPLES
         if abs(move) >= STEP_MIN_SAMPLES and holds:
             steps.append(((centres[i - 1] + centres[i]) // 2, round(move)))
-    return DelayTrack(drift_ppm=round(-_slope(np.asarray(centres), d, steps, window) * 1e6, 1),
-                      steps=tuple(steps))  # fmt: skip
+    return DelayTrack(
+        drift_ppm=round(-_slope(np.asarray(centres), d, steps, window) * 1e6, 1), steps=tuple(steps)
+    )
 
 
-def peak_between(corr: np.ndarray, k: int) -> float:
-    """Where the peak of `corr` at index `k` lies between samples (-0.5 to 0.5): the parabola
-    through it and its neighbours; 0 at either end."""
-    if not 0 < k < corr.shape[0] - 1:
-        return 0.0
-    curve = float(corr[k - 1] - 2 * corr[k] + corr[k + 1])
-    return 0.5 * float(corr[k - 1] - corr[k + 1]) / curve if curve else 0.0
-
-
-def _slope(centres: np.ndarray, delays: np.ndarray, steps: list[tuple[int, int]],
-           window: int) -> float:  # fmt: skip
+def _slope(
+    centres: np.ndarray, delays: np.ndarray, steps: list[tuple[int, int]], window: int
+) -> float:
     """The delay's drift (samples a sample): one slope through every stretch between steps (each at
     its own level), leaving out the windows a step falls in (they read in between)."""
     segment = np.zeros(centres.shape[0], np.int64)
@@ -132,4 +131,4 @@ def _slope(centres: np.ndarray, delays: np.ndarray, steps: list[tuple[int, int]]
     return num / den if den else 0.0
 
 
-__all__ = ["DelayTrack", "follow_delay", "peak_between"]
+__all__ = ["DelayTrack", "follow_delay"]

@@ -18,8 +18,9 @@ QUIET_DBFS = -50.0
 
 
 # -- measuring -----------------------------------------------------------------------------------
-def noise_floor_dbfs(noise: np.ndarray, *, sample_rate: int = CAPTURE_SAMPLE_RATE,
-                     percentile: float = 90.0) -> float:  # fmt: skip
+def noise_floor_dbfs(
+    noise: np.ndarray, *, sample_rate: int = CAPTURE_SAMPLE_RATE, percentile: float = 90.0
+) -> float:
     """A room's noise with nothing playing (dBFS): the `percentile`th of its 100 ms windows'
     power (babble has gaps; the loud windows are what echo must stand over); -120 for
     silence or for less than a window."""

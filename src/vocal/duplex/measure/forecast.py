@@ -116,8 +116,9 @@ class MeasuredRoom:
         return active_dbfs_over(noise_floor_dbfs(self.noise, sample_rate=SAMPLE_RATE))
 
 
-def measure_room(reference: np.ndarray, mic: np.ndarray, probe: slice, delay_samples: int,
-                 noise: np.ndarray) -> MeasuredRoom:  # fmt: skip
+def measure_room(
+    reference: np.ndarray, mic: np.ndarray, probe: slice, delay_samples: int, noise: np.ndarray
+) -> MeasuredRoom:
     """The echo path of the probe `reference[probe]` in `mic` (same grid, `SAMPLE_RATE`),
     deconvolved over the whole probe and its tail and kept from `PATH_LEAD_S` before the
     direct sound (`delay_samples`, from `vocal.duplex.echo_free.echo_path.fit_echo_path`) to
@@ -151,8 +152,9 @@ def measure_room(reference: np.ndarray, mic: np.ndarray, probe: slice, delay_sam
     ended = np.flatnonzero(envelope[direct:] < _OVER_NOISE * noise_energy)
     if ended.size:
         kept[(direct + int(ended[0])) * chunk :] = 0.0
-    return MeasuredRoom(lag=first, ir=kept.astype(np.float32),
-                        noise=np.asarray(noise, np.float32), track=track)  # fmt: skip
+    return MeasuredRoom(
+        lag=first, ir=kept.astype(np.float32), noise=np.asarray(noise, np.float32), track=track
+    )
 
 
 @dataclass(frozen=True)
@@ -168,8 +170,9 @@ class Forecast:
         return round(statistics.median(known), 1) if known else None
 
 
-def forecast(room: MeasuredRoom, replies: Sequence[np.ndarray], rate: int,
-             stream_delay_ms: int | None) -> Forecast:  # fmt: skip
+def forecast(
+    room: MeasuredRoom, replies: Sequence[np.ndarray], rate: int, stream_delay_ms: int | None
+) -> Forecast:
     """Each reply (mono float32 at `rate`) through `room` into a fresh canceller told
     `stream_delay_ms`, as a turn with this profile starts it; see the module docstring.
 
@@ -197,8 +200,9 @@ def forecast(room: MeasuredRoom, replies: Sequence[np.ndarray], rate: int,
         return Forecast(list(pool.map(run, jobs)))
 
 
-def _scored(echo: np.ndarray, captured: np.ndarray, cleaned: np.ndarray,
-            active_dbfs: float) -> float | None:  # fmt: skip
+def _scored(
+    echo: np.ndarray, captured: np.ndarray, cleaned: np.ndarray, active_dbfs: float
+) -> float | None:
     """ERLE from `SKIP_S` after the echo's first sound (a voice's leading silence is not
     reply) to the end; None where no window's echo stood over the noise."""
     n = min(captured.shape[0], cleaned.shape[0])
@@ -207,8 +211,9 @@ def _scored(echo: np.ndarray, captured: np.ndarray, cleaned: np.ndarray,
         return None
     first = int(loud[0])
     try:
-        return round(erle_db(captured[first:n], cleaned[first:n], skip_s=SKIP_S,
-                             active_dbfs=active_dbfs), 1)  # fmt: skip
+        return round(
+            erle_db(captured[first:n], cleaned[first:n], skip_s=SKIP_S, active_dbfs=active_dbfs), 1
+        )
     except ValueError:  # nothing over the noise: the room drowns this reply's echo
         return None
 
@@ -225,14 +230,20 @@ def spoken_replies(engine: str = "hibari") -> tuple[list[np.ndarray], int]:
     return [np.asarray(voice.synthesize(text), np.float32) for text in REPLIES], voice.sample_rate
 
 
-def fresh_canceller(rate: int, stream_delay_ms: int | None = None,
-                    drift_ppm: float = 0.0) -> EchoCanceller:  # fmt: skip
+def fresh_canceller(
+    rate: int, stream_delay_ms: int | None = None, drift_ppm: float = 0.0
+) -> EchoCanceller:
     """AEC3 as a turn starts it (every turn is a new process), its far end at `rate`, told
     `stream_delay_ms` and `drift_ppm` as an echo profile would."""
     from vocal.duplex.canceller.aec import EchoCanceller, fresh_apm
 
-    return EchoCanceller(render_sample_rate=rate, apm=fresh_apm(), raw_when_quiet_s=None,
-                         stream_delay_ms=stream_delay_ms, drift_ppm=drift_ppm)  # fmt: skip
+    return EchoCanceller(
+        render_sample_rate=rate,
+        apm=fresh_apm(),
+        raw_when_quiet_s=None,
+        stream_delay_ms=stream_delay_ms,
+        drift_ppm=drift_ppm,
+    )
 
 
 def feed(canceller: EchoCanceller, far: np.ndarray, rate: int, captured: np.ndarray) -> np.ndarray:
@@ -240,8 +251,10 @@ def feed(canceller: EchoCanceller, far: np.ndarray, rate: int, captured: np.ndar
     callbacks' blocks and order (a capture block is handed over once its last sample is in),
     aligned with `captured`."""
     events = [(k * RENDER_BLOCK / rate, 0, k) for k in range(far.shape[0] // RENDER_BLOCK)]
-    events += [((j + 1) * CAPTURE_BLOCK / SAMPLE_RATE, 1, j)
-               for j in range(captured.shape[0] // CAPTURE_BLOCK)]  # fmt: skip
+    events += [
+        ((j + 1) * CAPTURE_BLOCK / SAMPLE_RATE, 1, j)
+        for j in range(captured.shape[0] // CAPTURE_BLOCK)
+    ]
     cleaned = np.zeros_like(captured)
     for _, kind, i in sorted(events):
         if kind == 0:

@@ -94,18 +94,24 @@ class EchoMeasurement:
 
     def profile(self) -> EchoProfile:
         return EchoProfile(
-            output=self.output, input=self.input, delay_ms=self.delay_ms,
-            echo_dbfs=self.echo_dbfs, echo_gain_db=round(self.echo_gain_db, 1),
-            reduction_db=self.reduction_db, verdict=self.verdict, measured_at=time.time(),
+            output=self.output,
+            input=self.input,
+            delay_ms=self.delay_ms,
+            echo_dbfs=self.echo_dbfs,
+            echo_gain_db=round(self.echo_gain_db, 1),
+            reduction_db=self.reduction_db,
+            verdict=self.verdict,
+            measured_at=time.time(),
             drift_ppm=self.drift_ppm,
-        )  # fmt: skip
+        )
 
     def to_dict(self) -> dict[str, object]:
         return {**asdict(self), "echo_gain_db": round(self.echo_gain_db, 1)}
 
 
-def probe_signal(sample_rate: int = CAPTURE_SAMPLE_RATE, duration_s: float = PROBE_S,
-                 seed: int = 20) -> np.ndarray:  # fmt: skip
+def probe_signal(
+    sample_rate: int = CAPTURE_SAMPLE_RATE, duration_s: float = PROBE_S, seed: int = 20
+) -> np.ndarray:
     """Speech-like noise: white noise limited to `BAND_HZ`, tilted -3 dB per octave like
     speech, in bursts of `SYLLABLE_RATE_HZ` with raised-cosine edges, at `PROBE_DBFS` RMS over
     its bursts. Deterministic for one seed."""
@@ -133,9 +139,15 @@ def dbfs(samples: np.ndarray) -> float:
     return 10 * float(np.log10(max(mean_square, 1e-20)))
 
 
-def measure_echo(*, output: str, input: str, output_device: str | int | None = None,
-                 input_device: str | int | None = None, probe_s: float = PROBE_S,
-                 sample_rate: int = CAPTURE_SAMPLE_RATE) -> EchoMeasurement:  # fmt: skip
+def measure_echo(
+    *,
+    output: str,
+    input: str,
+    output_device: str | int | None = None,
+    input_device: str | int | None = None,
+    probe_s: float = PROBE_S,
+    sample_rate: int = CAPTURE_SAMPLE_RATE,
+) -> EchoMeasurement:
     """Play the probe through the output while recording the input; see the module docstring.
     `output` and `input` name the pair for the profile (`vocal.audio.endpoints.device_pair`).
 
@@ -201,12 +213,17 @@ def measure_echo(*, output: str, input: str, output_device: str | int | None = N
     if streams is None:
         raise DeviceError("nothing was played or captured")
     recording = Recording(
-        streams, guard.taps.played.snapshot(), sample_rate, np.concatenate(raw),
+        streams,
+        guard.taps.played.snapshot(),
+        sample_rate,
+        np.concatenate(raw),
         np.concatenate(delivered[len(noise) :])[guard.capture_delay_frames :],
-        canceller.activity.first_loud_s, player.underflows, overflows,
+        canceller.activity.first_loud_s,
+        player.underflows,
+        overflows,
         # The first block is the stream starting up, not the room.
         np.concatenate(noise[1:])[-round(NOISE_BEFORE_S * CAPTURE_SAMPLE_RATE) :],
-    )  # fmt: skip
+    )
     return _measured(output, input, recording)
 
 
@@ -267,17 +284,24 @@ def _measured(output: str, input: str, recording: Recording) -> EchoMeasurement:
     replies = None if room is None else _forecast(room, round(delay_ms))
     track = DelayTrack() if room is None else room.track
     return EchoMeasurement(
-        output=output, input=input, delay_ms=delay_ms, echo_dbfs=echo_dbfs,
-        probe_dbfs=round(dbfs(reference[start:stop][sounding]), 1), reduction_db=warm,
+        output=output,
+        input=input,
+        delay_ms=delay_ms,
+        echo_dbfs=echo_dbfs,
+        probe_dbfs=round(dbfs(reference[start:stop][sounding]), 1),
+        reduction_db=warm,
         linear_db=round(path.removed_db, 1) if path is not None else 0.0,
-        verdict=verdict_for(echo_dbfs, warm), underflows=recording.underflows,
-        overflows=recording.overflows, cold_reduction_db=cold,
+        verdict=verdict_for(echo_dbfs, warm),
+        underflows=recording.underflows,
+        overflows=recording.overflows,
+        cold_reduction_db=cold,
         reply_reduction_db=None if replies is None else replies.median_db,
         reply_reductions_db=() if replies is None else tuple(replies.per_reply_db),
         drift_ppm=track.drift_ppm,
-        delay_steps=tuple((round(at / rate, 2), round(size * 1000 / rate, 1))
-                          for at, size in track.steps),  # fmt: skip
-    )  # fmt: skip
+        delay_steps=tuple(
+            (round(at / rate, 2), round(size * 1000 / rate, 1)) for at, size in track.steps
+        ),
+    )
 
 
 def _forecast(room: MeasuredRoom, stream_delay_ms: int) -> Forecast | None:
@@ -310,12 +334,17 @@ def _replayed(recording: Recording, stream_delay_ms: int) -> tuple[np.ndarray, n
     their callbacks ran, as `EchoCanceller(stream_delay_ms=...)` would clean them live."""
     from vocal.duplex.canceller.aec import EchoCanceller, fresh_apm
 
-    canceller = EchoCanceller(render_sample_rate=recording.played_rate, apm=fresh_apm(),
-                              raw_when_quiet_s=None,
-                              stream_delay_ms=stream_delay_ms)  # fmt: skip
+    canceller = EchoCanceller(
+        render_sample_rate=recording.played_rate,
+        apm=fresh_apm(),
+        raw_when_quiet_s=None,
+        stream_delay_ms=stream_delay_ms,
+    )
     raw_blocks = recording.streams.raw_blocks
-    events = sorted([(stamp, 0, i) for i, (stamp, _, _) in enumerate(recording.played_blocks)]
-                    + [(stamp, 1, i) for i, (stamp, _, _) in enumerate(raw_blocks)])  # fmt: skip
+    events = sorted(
+        [(stamp, 0, i) for i, (stamp, _, _) in enumerate(recording.played_blocks)]
+        + [(stamp, 1, i) for i, (stamp, _, _) in enumerate(raw_blocks)]
+    )
     captured, cleaned = [], []
     for _, kind, i in events:
         if kind == 0:
