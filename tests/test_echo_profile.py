@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harness.room import microphone_on, running_room
+from harness.room import Room, loaded_machine, microphone_on, running_room
 from harness.runner import run_vocal, start_vocal
 from vocal.audio.endpoints import device_pair
 from vocal.duplex.canceller.profile import (
@@ -175,11 +175,36 @@ def room(pulse):
         yield started
 
 
-def click_delay_ms(played_rate: int) -> float:
+#: The most a steady pair of streams spreads the clicks' delays (ms): 0-0.1 seen here.
+CLICKS_SPREAD_MS = 2.0
+
+
+def click_delay_ms(played_rate: int) -> float | None:
     """The echo delay found independently of the probe's fit: clicks played at `played_rate`
     (the output's latency depends on it), each found by its first sample over a threshold in
     the raw capture, in another pair of streams; positions in each stream put on the
-    monotonic clock as the taps put them (`stream_clock_s`)."""
+    monotonic clock as the taps put them (`stream_clock_s`). Measured again (3 tries) where
+    the streams glitched or the clicks' delays spread (one stream reads them all within a
+    fraction of a ms): an underflow delays every later click for good (issue 38: under load
+    the clicks read 307 ms rising to 1011 ms where the probe read 188). None: never steady."""
+    for _ in range(3):
+        delays_ms, glitches = _click_delays_ms(played_rate)
+        if not glitches and max(delays_ms) - min(delays_ms) <= CLICKS_SPREAD_MS:
+            return float(np.median(delays_ms))
+    return None
+
+
+def assert_near_clicks(delay_ms: float, clicked_ms: float | None, context: object) -> None:
+    """`delay_ms` within 10 ms of the clicks' delay, where they were measured: not measured
+    (the clicks never ran steady, or the room's path moved) only on a loaded machine."""
+    if clicked_ms is None:
+        assert loaded_machine(), f"no steady clicks on a quiet machine: {context}"
+        return
+    assert abs(delay_ms - clicked_ms) <= 10, (clicked_ms, context)
+
+
+def _click_delays_ms(played_rate: int) -> tuple[list[float], int]:
+    """Each click's delay (ms), and the streams' underflows and overflows meanwhile."""
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
     from vocal.duplex.echo_free.taps import stream_clock_s
@@ -216,6 +241,7 @@ def click_delay_ms(played_rate: int) -> float:
             player.finish()
             player.wait()
         time.sleep(0.8)
+        glitches = player.underflows + mic.overflows
 
     def clock(blocks: list[tuple[float, int]], rate: int) -> float:
         stamps, ends = (np.array(column, float) for column in zip(*blocks, strict=True))
@@ -227,15 +253,33 @@ def click_delay_ms(played_rate: int) -> float:
     # lost while the sink wakes up: a click then goes unheard).
     delays_ms = [(h - max(s for s in sent if s < h)) * 1000 for h in heard if min(sent) < h]
     assert len(delays_ms) >= 4, (sent, heard)
-    return float(np.median(delays_ms))
+    return delays_ms, glitches
 
 
 def doctor_echo() -> dict:
-    result = run_vocal("doctor", "--echo", "--json", timeout=60)
+    result = run_vocal("doctor", "--echo", "--json", timeout=180)  # 3 probes under load
     assert result.returncode == 0, result.stderr.decode()
     (check,) = json.loads(result.stdout)
+    if "glitched in all" in (check.get("fix") or ""):  # vocal.ops.echo_check.PROBE_TRIES
+        assert check["status"] == "warn" and "profile" not in check["data"], check
+        pytest.skip("the audio glitched in every probe (a loaded machine): nothing was kept")
     assert check["name"] == "echo" and check["status"] == "ok", check
     return check["data"]
+
+
+def doctor_and_clicks(room: Room) -> tuple[dict, float | None]:
+    """`vocal doctor --echo`, then the clicks' delay at the probe's rate; both again where the
+    room stalled meanwhile (3 tries): a stall of the room process (a loaded machine) moves
+    its path by a block or more for good, which no real room does. None for the clicks where
+    the room never held still."""
+    for _ in range(3):
+        since = len(room.events)
+        data = doctor_echo()
+        clicked_ms = click_delay_ms(data["probe_sample_rate"])
+        time.sleep(0.05)  # the room's events for the last chunks
+        if room.stalls(since) == 0:
+            return data, clicked_ms
+    return data, None
 
 
 @pytest.mark.audio
@@ -246,17 +290,17 @@ def test_doctor_echo_on_the_plain_loopback(pulse, room, vocal_home) -> None:
         data = doctor_echo()
         assert data["verdict"] == FULL_DUPLEX and data["reduction_db"] >= 25, data
         assert -1.5 < data["echo_gain_db"] < 1.5
-        assert abs(data["delay_ms"] - click_delay_ms(data["probe_sample_rate"])) <= 10, data
+        assert_near_clicks(data["delay_ms"], click_delay_ms(data["probe_sample_rate"]), data)
 
 
 @pytest.mark.audio
 def test_doctor_echo_measures_the_rooms_delay_and_keeps_the_profile(room, vocal_home) -> None:
-    data = doctor_echo()
+    data, clicked_ms = doctor_and_clicks(room)
     assert data["verdict"] == FULL_DUPLEX and data["reduction_db"] >= 25, data
     # The design room: 50 ms, gain 0.5 (-6 dB) with its tail; plus the streams' latency.
     assert 50 < data["delay_ms"] < 400
     assert -12 < data["echo_gain_db"] < 0
-    assert abs(data["delay_ms"] - click_delay_ms(data["probe_sample_rate"])) <= 10, data
+    assert_near_clicks(data["delay_ms"], clicked_ms, data)
     # On speech AEC3 takes a quiet linear room's echo to the floor (benchmarks/converse: 69.5
     # dB warm, 1 s into the replies): the forecast from this probe says as much.
     assert data["reply_reduction_db"] >= 55, data
@@ -296,47 +340,62 @@ def test_a_bad_echo_verdict_makes_aec_auto_half_duplex_and_a_good_one_keeps_barg
     assert "half-duplex" not in stderr
 
 
-def learning_turn() -> tuple[float, dict]:
-    """A turn whose fit of the reply's echo held, so that it learnt the delay (3 tries)."""
+def learning_turn(vocal_home: Path) -> tuple[float, dict]:
+    """A turn whose fit of the reply's echo held, so that it learnt the delay (3 tries). The
+    fit holds in most turns (33-38 dB here), not all (24 dB once in CI, under load). A reply
+    whose streams glitched keeps nothing (the delay may be its stream's own: issue 38).
+    Where no turn learnt, on a loaded machine, the test is skipped, each turn's keeping
+    nothing checked."""
+    kept_before = load_profile(vocal_home, *device_pair(None, None))
+    glitched = 0
     for _ in range(3):
         code, payload, stderr = converse_turn(text=REPLY)
         assert code == 4, stderr
+        learned = payload["learned_echo_delay_ms"]
         removed = payload["tail_audio"]["echo_removed_db"]
-        if payload["learned_echo_delay_ms"] is not None:
-            assert removed >= 30, payload
-            return payload["learned_echo_delay_ms"], payload
-    pytest.fail("no turn's echo fit removed 30 dB in 3")
+        counters = payload["counters"]
+        if counters["output_underflows"] or counters["input_overflows"]:
+            glitched += 1
+            assert learned is None, payload
+        elif removed is not None and removed >= 30:
+            assert learned is not None, payload
+            return learned, payload
+        assert learned is None and load_profile(vocal_home, *device_pair(None, None)) == kept_before
+    if loaded_machine():
+        pytest.skip(f"a loaded machine: no turn in 3 learnt ({glitched} glitched), as it should")
+    pytest.fail("no clean turn's echo fit removed 30 dB in 3")
 
 
 @pytest.mark.audio
 def test_the_doctor_measures_the_delay_a_turns_stream_sees(room, vocal_home) -> None:
     # The probe plays at the configured voice's rate (hibari's 24 kHz): at 16 kHz it read
     # 15-17 ms more than a turn's stream sees (the output's buffering depends on the rate).
-    data = doctor_echo()
-    assert data["probe_sample_rate"] == engine_class("hibari").sample_rate
-    learned, _ = learning_turn()
-    assert abs(learned - data["delay_ms"]) <= 5, (learned, data["delay_ms"])
+    for _ in range(3):  # again where the room stalled (see `doctor_and_clicks`)
+        since = len(room.events)
+        data = doctor_echo()
+        assert data["probe_sample_rate"] == engine_class("hibari").sample_rate
+        learned, _ = learning_turn(vocal_home)
+        time.sleep(0.05)
+        if room.stalls(since) == 0:
+            break
+    else:
+        assert loaded_machine(), "the room stalled in each of 3 tries on a quiet machine"
+        pytest.skip("a loaded machine: the room's path moved in each of 3 tries")
+    # Two streams opened apart read within 1-2 ms here, 5.8 and 6.3 ms apart under load.
+    assert abs(learned - data["delay_ms"]) <= 8, (learned, data["delay_ms"])
 
 
 @pytest.mark.audio
 def test_a_turn_whose_echo_fit_held_keeps_the_delay_for_the_next(room, vocal_home) -> None:
     # Long enough for the reply's echo to be fitted when it ends (at least a second of it).
-    # The fit holds in most turns (33-38 dB here), not all (24 dB once in CI, under load): a
-    # turn whose fit did not hold keeps nothing, and the next one is tried.
-    for _ in range(3):
-        code, payload, stderr = converse_turn(text=REPLY)
-        assert code == 4, stderr
-        learned = payload["learned_echo_delay_ms"]
-        removed = payload["tail_audio"]["echo_removed_db"]
-        if removed is not None and removed >= 30:
-            assert learned is not None, payload
-            break
-        assert learned is None and load_profile(vocal_home, *device_pair(None, None)) is None
-    else:
-        pytest.fail("no turn's echo fit removed 30 dB in 3")
+    # A turn whose fit did not hold keeps nothing, and the next one is tried.
+    since = len(room.events)
+    learned, _ = learning_turn(vocal_home)
     kept = load_profile(vocal_home, *device_pair(None, None))
     assert kept is not None and kept.source == "turn" and kept.delay_ms == learned
-    assert abs(learned - click_delay_ms(engine_class("hibari").sample_rate)) <= 10
+    clicked_ms = click_delay_ms(engine_class("hibari").sample_rate)
+    if room.stalls(since) == 0:  # a stall since would have moved the room's path for good
+        assert_near_clicks(learned, clicked_ms, learned)
     # The next turn starts from it.
     code, payload, stderr = converse_turn(text=REPLY)
     assert payload["echo_profile"]["delay_ms"] == learned, stderr

@@ -419,6 +419,12 @@ def without_room_stall(
     return result
 
 
+def loaded_machine() -> bool:
+    """More processes wanted a core than there are cores, over the last minute: a result that
+    a loaded machine can spoil (issue 38) may then be allowed for, and said so."""
+    return os.getloadavg()[0] > (os.cpu_count() or 1)
+
+
 @dataclass
 class TurnRecording:
     """What one reply played through the room left: the microphone's raw and cleaned signals

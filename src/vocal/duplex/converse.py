@@ -492,8 +492,8 @@ class _Run:
         parts, settings = self.parts, self.settings
         if removed_db is None or delay_ms is None or removed_db < LEARN_MIN_REMOVED_DB:
             return
-        if parts.guard.detector is not None and parts.guard.detector.glitch_at_s:
-            return  # a glitch: the delay may be this stream's own (see LEARN_MIN_REMOVED_DB)
+        if parts.underflows or (parts.mic is not None and parts.mic.overflows):
+            return  # the streams glitched: the delay may be this stream's own (see profile.py)
         if parts.learner is None:  # one per turn: the first fit that held
 
             def learned(delay_ms: float) -> None:

@@ -194,8 +194,11 @@ def converse_result(
         "total_s": end - started_at_s,
     }
     counters = {
-        "input_overflows": parts.mic.overflows if parts.mic is not None else (
-            listened.overflows if listened is not None else 0),
+        "input_overflows": (
+            parts.mic.overflows
+            if parts.mic is not None
+            else (listened.overflows if listened is not None else 0)
+        ),
         "output_underflows": parts.underflows,
         "aec_errors": canceller.errors if canceller is not None else 0,
         "aec_glitches": canceller.glitches if canceller is not None else 0,
@@ -217,7 +220,7 @@ def converse_result(
         "glitch_overrides": detector.glitch_overrides if detector is not None else 0,
         # Chunks Silero called speech while listening that were not above the room's level.
         "room_gated_chunks": parts.room_gate.gated if parts.room_gate is not None else 0,
-    }  # fmt: skip
+    }
     text = listened.text if listened is not None else ""
     room_db = detector.ambient.floor_db if detector is not None else None
     result = ConverseResult(
@@ -252,13 +255,22 @@ def converse_result(
         },
     )
     if trace and detector is not None:
-        result.trace = [(round(t, 4), round(p, 3), i, None if a is None else round(a, 1),
-                         None if x is None else round(min(x, 99.0), 1))
-                        for t, p, i, a, x in detector.trace]  # fmt: skip
+        result.trace = [
+            (
+                round(t, 4),
+                round(p, 3),
+                i,
+                None if a is None else round(a, 1),
+                None if x is None else round(min(x, 99.0), 1),
+            )
+            for t, p, i, a, x in detector.trace
+        ]
         if canceller is not None and canceller.capture_log is not None:
-            result.levels = {"capture": canceller.capture_log,
-                             "render": canceller.render_log,
-                             "render_rate": canceller.render_sample_rate}  # fmt: skip
+            result.levels = {
+                "capture": canceller.capture_log,
+                "render": canceller.render_log,
+                "render_rate": canceller.render_sample_rate,
+            }
     return result
 
 

@@ -22,8 +22,6 @@ import json
 import os
 import select
 import socket
-import struct
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -38,6 +36,7 @@ from vocal.floor.statefiles import (
     SocketPath,
     check_field,
     connect_refused,
+    peer_uid,
     pid_alive,
     private_dir,
     process_start,
@@ -55,35 +54,14 @@ IDLE_TIMEOUT_S = 2.0
 MAX_CLIENTS = 32
 #: How long a hang-up waits for the client to stop sending (see `_close`).
 _DRAIN_S = 0.2
+#: How long `close` waits for answers being sent (a skip ends the turn at once: issue 38).
+REPLY_GRACE_S = 1.0
 
 Handler = Callable[[str, dict], dict]
 
 
 class ControlError(VocalError):
     """No turn to control, or it refused or failed a command (exit 1)."""
-
-
-class PeerCheckError(OSError):
-    """The peer's credentials could not be read on this platform."""
-
-
-def peer_uid(conn: socket.socket) -> int:
-    """The effective UID of the process at the other end of a connected AF_UNIX socket."""
-    if hasattr(socket, "SO_PEERCRED"):  # Linux: struct ucred {pid_t pid; uid_t uid; gid_t gid}
-        data = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        _pid, uid, _gid = struct.unpack("3i", data)
-        return uid
-    if sys.platform == "darwin" or "bsd" in sys.platform:
-        # struct xucred {u_int cr_version; uid_t cr_uid; short cr_ngroups; gid_t cr_groups[16]}
-        # at level SOL_LOCAL (0), option LOCAL_PEERCRED (1): what getpeereid() reads.
-        sol_local = getattr(socket, "SOL_LOCAL", 0)
-        local_peercred = getattr(socket, "LOCAL_PEERCRED", 1)
-        data = conn.getsockopt(sol_local, local_peercred, 4 + 4 + 4 + 16 * 4)
-        version, uid = struct.unpack_from("=Ii", data)
-        if version != 0:  # XUCRED_VERSION
-            raise PeerCheckError(f"unknown xucred version {version}")
-        return uid
-    raise PeerCheckError(f"peer credentials cannot be checked on {sys.platform}")
 
 
 @dataclass
@@ -153,6 +131,8 @@ class ControlServer:
         self._wake_r, self._wake_w = -1, -1
         self._thread: threading.Thread | None = None
         self._closed = threading.Event()
+        self._replying = 0  # answers being sent, which `close` waits for
+        self._replied = threading.Condition()
         self.served = 0
         self.refused = 0
 
@@ -201,6 +181,8 @@ class ControlServer:
                 os.write(self._wake_w, b"x")
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(2.0)
+        with self._replied:
+            self._replied.wait_for(lambda: self._replying == 0, timeout=REPLY_GRACE_S)
         if self._listener is not None:
             self._listener.close()
         for fd in (self._wake_r, self._wake_w):
@@ -286,15 +268,25 @@ class ControlServer:
                 if len(line) > self.max_line_bytes:
                     _send(conn, too_long)
                     return
-                if line.strip():
-                    if not _send(conn, self.answer(line)):
-                        return
+                if line.strip() and not self._reply(conn, line):
+                    return
                 deadline = time.monotonic() + self.idle_timeout_s
         except OSError:
             pass  # the client went away mid-reply
         finally:
             _close(conn)
             self._slots.release()
+
+    def _reply(self, conn: socket.socket, line: bytes) -> bool:
+        """Answer one line; `close` waits for it (the command may end the turn)."""
+        with self._replied:
+            self._replying += 1
+        try:
+            return _send(conn, self.answer(line))
+        finally:
+            with self._replied:
+                self._replying -= 1
+                self._replied.notify_all()
 
     def answer(self, line: bytes) -> dict[str, Any]:
         """The reply to one request line (never raises)."""
@@ -457,11 +449,13 @@ def send_command(
     finally:
         conn.close()
     try:
-        reply = json.loads(data.decode("utf-8").splitlines()[0])
+        reply = json.loads(data.decode("utf-8").splitlines()[0]) if data else None
     except (UnicodeDecodeError, ValueError, IndexError):
-        raise ControlError(f"not a control reply: {data[:200]!r}") from None
+        reply = None
     if not isinstance(reply, dict):
-        raise ControlError(f"not a control reply: {data[:200]!r}")
+        raise ControlError(
+            f"not a control reply: {data[:200]!r}" if data else "the turn ended unanswered"
+        )
     reply.setdefault("sent_at_s", sent_at_s)
     reply["replied_at_s"] = replied_at_s
     return reply

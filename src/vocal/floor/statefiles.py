@@ -26,6 +26,7 @@ import math
 import os
 import socket
 import stat
+import struct
 import sys
 import tempfile
 import time
@@ -453,6 +454,29 @@ def connect_refused(exc: OSError) -> bool:
     return exc.errno in (errno.ECONNREFUSED, errno.ENOENT, errno.ENOTSOCK)
 
 
+class PeerCheckError(OSError):
+    """The peer's credentials could not be read on this platform."""
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The effective UID of the process at the other end of a connected AF_UNIX socket."""
+    if hasattr(socket, "SO_PEERCRED"):  # Linux: struct ucred {pid_t pid; uid_t uid; gid_t gid}
+        data = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        _pid, uid, _gid = struct.unpack("3i", data)
+        return uid
+    if sys.platform == "darwin" or "bsd" in sys.platform:
+        # struct xucred {u_int cr_version; uid_t cr_uid; short cr_ngroups; gid_t cr_groups[16]}
+        # at level SOL_LOCAL (0), option LOCAL_PEERCRED (1): what getpeereid() reads.
+        sol_local = getattr(socket, "SOL_LOCAL", 0)
+        local_peercred = getattr(socket, "LOCAL_PEERCRED", 1)
+        data = conn.getsockopt(sol_local, local_peercred, 4 + 4 + 4 + 16 * 4)
+        version, uid = struct.unpack_from("=Ii", data)
+        if version != 0:  # XUCRED_VERSION
+            raise PeerCheckError(f"unknown xucred version {version}")
+        return uid
+    raise PeerCheckError(f"peer credentials cannot be checked on {sys.platform}")
+
+
 __all__ = [
     "HOST",
     "BadRecord",
@@ -465,8 +489,10 @@ __all__ = [
     "read_record",
     "record_from",
     "trim_quarantine",
+    "PeerCheckError",
     "SocketPath",
     "connect_refused",
+    "peer_uid",
     "locked",
     "next_counter",
     "pid_alive",

@@ -49,7 +49,10 @@ VERDICTS = (FULL_DUPLEX, HEADPHONES, HALF_DUPLEX)
 #: Who measured a profile: `vocal doctor --echo`, or a converse turn's echo fit.
 SOURCES = ("doctor", "turn")
 #: A turn's echo fit must remove this much (dB) for its delay to be kept: it then holds on
-#: the whole reply (the hand-over's own bar, `HANDOVER_MIN_REMOVED_DB`).
+#: the whole reply (the hand-over's own bar, `HANDOVER_MIN_REMOVED_DB`). A reply whose streams
+#: glitched (an output underflow, an input overflow) keeps nothing: an underflow delays that
+#: stream's echo for good, and the next turn's fresh stream starts without it (issue 38: a
+#: loaded machine's turn kept 577 ms for a 140 ms room). A late callback alone moves nothing.
 LEARN_MIN_REMOVED_DB = 30.0
 #: Where profiles live in the state directory (`vocal.floor.statedir.STATE_ENTRY_NAMES`).
 PROFILE_DIR_NAME = "echo"
@@ -107,12 +110,18 @@ def profile_path(home: Path, output: str, input: str) -> Path:
 
 def parse_profile(data: object) -> EchoProfile:
     """An `EchoProfile` from its JSON; raises BadRecord for anything vocal does not write."""
-    profile = record_from(EchoProfile, data, {"delay_ms": DELAY_BOUNDS_MS,
-                                              "echo_dbfs": (-200.0, 20.0),
-                                              "echo_gain_db": (-200.0, 100.0),
-                                              "reduction_db": (-100.0, 200.0),
-                                              "measured_at": (0.0, 1e11),
-                                              "drift_ppm": (-1000.0, 1000.0)})  # fmt: skip
+    profile = record_from(
+        EchoProfile,
+        data,
+        {
+            "delay_ms": DELAY_BOUNDS_MS,
+            "echo_dbfs": (-200.0, 20.0),
+            "echo_gain_db": (-200.0, 100.0),
+            "reduction_db": (-100.0, 200.0),
+            "measured_at": (0.0, 1e11),
+            "drift_ppm": (-1000.0, 1000.0),
+        },
+    )
     if profile.verdict is not None and profile.verdict not in VERDICTS:
         raise BadRecord(f"verdict: {profile.verdict[:40]!r} is not one of {', '.join(VERDICTS)}")
     if profile.source not in SOURCES:
@@ -129,8 +138,9 @@ def load_profile(home: Path, output: str, input: str) -> EchoProfile | None:
     return profile
 
 
-def known_pair(home: Path, output_device: str | None,
-               input_device: str | None) -> tuple[str, str] | None:  # fmt: skip
+def known_pair(
+    home: Path, output_device: str | None, input_device: str | None
+) -> tuple[str, str] | None:
     """The (output, input) pair these devices (None: the defaults) make, if anything was ever
     kept for a pair (an echo profile, a room level), else None. Costs a directory check when
     nothing was, else a `pactl info` for unnamed devices: resolve it once per turn."""
@@ -141,8 +151,14 @@ def known_pair(home: Path, output_device: str | None,
     return device_pair(output_device, input_device)
 
 
-def learn_delay(home: Path, output_device: str | None, input_device: str | None,
-                delay_ms: float, *, now_s: float) -> EchoProfile:  # fmt: skip
+def learn_delay(
+    home: Path,
+    output_device: str | None,
+    input_device: str | None,
+    delay_ms: float,
+    *,
+    now_s: float,
+) -> EchoProfile:
     """Keep the echo delay a turn measured (its reply's echo fit) for the pair these devices
     make: the pair's profile with the new delay, or a new profile with nothing else judged."""
     import dataclasses
@@ -152,9 +168,17 @@ def learn_delay(home: Path, output_device: str | None, input_device: str | None,
     output, input = device_pair(output_device, input_device)
     known = load_profile(home, output, input)
     if known is None:
-        known = EchoProfile(output=output, input=input, delay_ms=delay_ms, echo_dbfs=None,
-                            echo_gain_db=None, reduction_db=None, verdict=None,
-                            measured_at=now_s, source="turn")  # fmt: skip
+        known = EchoProfile(
+            output=output,
+            input=input,
+            delay_ms=delay_ms,
+            echo_dbfs=None,
+            echo_gain_db=None,
+            reduction_db=None,
+            verdict=None,
+            measured_at=now_s,
+            source="turn",
+        )
     learned = dataclasses.replace(known, delay_ms=delay_ms, measured_at=now_s, source="turn")
     save_profile(home, learned)
     return learned
@@ -177,8 +201,9 @@ def learn_delay_in_background(
 
     def learn() -> None:
         with contextlib.suppress(VocalError, OSError):
-            on_learned(learn_delay(home, output_device, input_device, delay_ms,
-                                   now_s=time.time()).delay_ms)  # fmt: skip
+            on_learned(
+                learn_delay(home, output_device, input_device, delay_ms, now_s=time.time()).delay_ms
+            )
 
     thread = threading.Thread(target=learn, name="vocal-echo-learn", daemon=True)
     thread.start()
