@@ -4,6 +4,9 @@ mid-way, and vocal's own multi-clause commands against their first clause."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from harness.corpus import ensure_corpus, load_turns
@@ -70,6 +73,21 @@ def test_the_loader_loads_in_the_background() -> None:
     model = loader.wait(60)
     assert model is not None, loader.error
     assert loader.load_s is not None and loader.error is None
+
+
+def test_loading_leaves_the_process_stdout_and_stderr_alone(capfd) -> None:  # noqa: ANN001
+    # llama-cpp-python pointed fds 1 and 2 at /dev/null while it loaded, from the loading
+    # thread: a turn's level meter drawn meanwhile never reached the terminal (issue 38).
+    before = {(os.fstat(fd).st_dev, os.fstat(fd).st_ino) for fd in (1, 2)}
+    seen = set(before)
+    loader = WordsModelLoader()
+    deadline = time.monotonic() + 60
+    while loader.ready_at_s is None and loader.error is None and time.monotonic() < deadline:
+        seen.update((os.fstat(fd).st_dev, os.fstat(fd).st_ino) for fd in (1, 2))
+        time.sleep(0.001)
+    assert loader.wait(1) is not None, loader.error
+    assert seen == before  # never /dev/null, not even for a moment
+    assert capfd.readouterr() == ("", "")  # and llama.cpp wrote nothing there
 
 
 def test_a_missing_model_file_is_an_engine_error(monkeypatch, tmp_path) -> None:  # noqa: ANN001

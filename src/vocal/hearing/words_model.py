@@ -22,9 +22,11 @@ so it never delays the microphone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +76,35 @@ def find_words_model(*, download: bool = True) -> Path:
     return hub_snapshot(HUB_REPO, allow_patterns=[MODEL_FILE], what="the words' model") / MODEL_FILE
 
 
+#: One load at a time swaps llama-cpp-python's redirect (`_stdio_left_alone`).
+_LOADING = threading.Lock()
+
+
+@contextlib.contextmanager
+def _stdio_left_alone() -> Iterator[None]:
+    """llama-cpp-python, not verbose, points the whole process's stdout and stderr (the file
+    descriptors and `sys`'s) at /dev/null while it loads, from the loading thread: the level
+    meter a turn draws meanwhile was lost (a loaded machine's load spans the listening: issue
+    38), and so would be anything printed then. Its logger already drops llama.cpp's messages
+    (nothing reaches stderr without the redirect), so the redirect is turned off for the load."""
+    from llama_cpp import _internals, _utils
+    from llama_cpp import llama as llama_module
+
+    def left_alone(disable: bool = False) -> Any:
+        return _utils.suppress_stdout_stderr(disable=True)
+
+    modules = (llama_module, _internals)
+    with _LOADING:
+        saved = [module.suppress_stdout_stderr for module in modules]
+        for module in modules:
+            module.suppress_stdout_stderr = left_alone  # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            for module, original in zip(modules, saved, strict=True):
+                module.suppress_stdout_stderr = original  # type: ignore[attr-defined]
+
+
 class WordsModel:
     """SmolLM2 on llama.cpp: `model.p_end(words, context)` -> P(the message ends here).
 
@@ -88,15 +119,16 @@ class WordsModel:
 
         self.model_path = Path(model_path) if model_path is not None else find_words_model()
         try:
-            self._llm = llama_cpp.Llama(
-                model_path=str(self.model_path),
-                n_ctx=CONTEXT_TOKENS,
-                n_batch=CONTEXT_TOKENS,
-                n_threads=threads,
-                n_threads_batch=threads,
-                logits_all=False,
-                verbose=False,
-            )
+            with _stdio_left_alone():
+                self._llm = llama_cpp.Llama(
+                    model_path=str(self.model_path),
+                    n_ctx=CONTEXT_TOKENS,
+                    n_batch=CONTEXT_TOKENS,
+                    n_threads=threads,
+                    n_threads_batch=threads,
+                    logits_all=False,
+                    verbose=False,
+                )
         except Exception as exc:  # llama.cpp raises ValueError for a bad file
             raise EngineError(f"cannot load the words' model {self.model_path}: {exc}") from None
         (message_end,) = self._tokens("<|im_end|>")
