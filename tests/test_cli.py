@@ -6,7 +6,7 @@ from pathlib import Path
 
 from harness.runner import run_vocal
 from vocal import __version__
-from vocal.cli import COMMANDS_DIR, discover_commands, summary_of
+from vocal.cli import COMMANDS_DIR, command_module, discover_commands, summary_of
 
 
 def test_version() -> None:
@@ -44,9 +44,19 @@ def test_unknown_option_is_a_usage_error() -> None:
 def test_discovery_skips_private_and_helper_modules() -> None:
     names = set(discover_commands())
     assert "_app" not in names and "-app" not in names
-    for path in COMMANDS_DIR.glob("*.py"):
+    for path in [*COMMANDS_DIR.glob("*.py"), *COMMANDS_DIR.glob("*/*.py")]:
         if path.stem.startswith("_") or path.stem.endswith("_helpers") or path.stem == "types":
             assert path.stem.replace("_", "-") not in names
+
+
+def test_topic_folders_hold_commands_and_are_none() -> None:
+    commands = discover_commands()
+    topics = {path.parent.name for path in commands.values() if path.parent != COMMANDS_DIR}
+    assert {"machine", "sound"} <= topics and not topics & set(commands)
+    assert commands["mute"] == COMMANDS_DIR / "sound" / "mute.py"
+    assert command_module(commands["mute"]) == "vocal.commands.sound.mute"
+    assert command_module(commands["speak"]) == "vocal.commands.speak"
+    assert list(commands) == sorted(commands)  # `vocal --help` lists them by name
 
 
 def test_library_error_is_one_line_with_its_exit_code(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Discovered commands: files dropped into `commands/` become commands, without being listed.
+"""Discovered commands: files dropped into `commands/` or one of its topic folders become
+commands, without being listed.
 
 Each test works on its own copy of the `vocal` package (put first on PYTHONPATH), adds command
 files to it, and runs `python -m vocal` on the copy, so the real package is never touched.
@@ -132,6 +133,38 @@ def test_help_and_completion_import_nothing_heavy_and_no_command(copy: Copy) -> 
             _VOCAL_COMPLETE="complete_bash", COMP_WORDS="vocal conch wait --", COMP_CWORD="3"
         ).stdout
     )
+
+
+def test_a_topic_folder_holds_commands_and_is_none(copy: Copy) -> None:
+    topic = copy.commands / "greetings"
+    topic.mkdir()
+    (topic / "__init__.py").write_text('"""HIDDEN topic: greetings."""\n')
+    copy.add("greetings/wave.py", "Wave from a topic folder.", word="wave")
+    never = ["greetings/_shared.py", "greetings/deeper/__init__.py", "greetings/deeper/nod.py"]
+    never += ["loose/shrug.py", "_private_topic/__init__.py", "_private_topic/bow.py"]
+    for relative in never:
+        copy.poison(relative)
+    out = copy.help()
+    assert "wave Wave from a topic folder." in out and "hello Say hello" in out
+    assert "HIDDEN" not in out and "greetings" not in out
+    assert not {"nod", "shrug", "bow", "shared"} & set(out.split())
+    assert "wave" in copy.complete()
+    ran = copy.run("wave", "Ada")
+    assert (ran.returncode, ran.stdout) == (0, "wave Ada\n"), ran.stderr
+    modules = copy.modules("wave", "Ada")
+    assert "vocal.commands.greetings.wave" in modules and "vocal.commands.hello" not in modules
+    for not_a_command in ("greetings", "nod", "shrug", "bow"):
+        result = copy.run(not_a_command)
+        assert result.returncode == 2 and "No such command" in result.stderr, not_a_command
+
+
+def test_two_files_making_one_command_are_an_error(copy: Copy) -> None:
+    (copy.commands / "greetings").mkdir()
+    (copy.commands / "greetings" / "__init__.py").write_text('"""Greetings."""\n')
+    copy.add("greetings/hello.py", "Say hello twice.")
+    result = copy.run("--help")
+    assert result.returncode == 1
+    assert "two modules make `vocal hello`" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_enabled_list_narrows_help_completion_and_running(copy: Copy) -> None:

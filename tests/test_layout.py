@@ -17,6 +17,9 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "vocal"
 #: package map"); a little slack for a module that is just over.
 MAX_MODULE_LINES = 520
 MAX_TOP_LEVEL_MODULES = 12
+#: A package's modules, `__init__.py` included: past this a package holds several concepts and
+#: is split into sub-packages named after them (issue 38: `duplex/` had grown to 20).
+MAX_PACKAGE_MODULES = 14
 
 
 def module_name(path: Path) -> str:
@@ -101,3 +104,12 @@ def test_no_module_over_the_line_limit() -> None:
 def test_the_top_level_holds_few_modules() -> None:
     top = sorted(path.name for path in SRC.glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL_MODULES, f"{len(top)} modules in src/vocal/: {top}"
+
+
+def test_no_package_holds_more_than_a_few_modules() -> None:
+    crowded = {
+        str(package.relative_to(SRC.parent)): count
+        for package in (path.parent for path in SRC.rglob("__init__.py"))
+        if package != SRC and (count := len(list(package.glob("*.py")))) > MAX_PACKAGE_MODULES
+    }
+    assert not crowded, f"packages over {MAX_PACKAGE_MODULES} modules (split by concept): {crowded}"

@@ -140,7 +140,9 @@ def test_live_a_finished_sentence_ends_on_the_turn_model(turns) -> None:
     result = json.loads(out)
     assert result["end_reason"] == "turn_complete", result["turn"]
     assert word_error_rate(turn.text, result["text"]) <= MAX_WER, result["text"]
-    d = result["durations"]
-    # The shortest wait, and the transcript and the words' model read while it runs (a
-    # loaded machine takes longer: the pause is held until they are read).
-    assert d["recording_s"] - d["speech_end_s"] < FINISHED_MS / 1000 + 0.6, result["turn"]
+    # The shortest wait: every signal said finished. Checked on the decision, not the clock
+    # (a loaded machine holds the pause until the transcript and the words' model are read:
+    # 1.9 s once beside two CPU-burning loops; the time lives in benchmarks/turns).
+    last = result["turn"]["pauses"][-1]
+    wait_ms = max(FINISHED_MS, last["rhythm_floor_ms"])
+    assert last["verdict"] == "complete" and last["wait_ms"] == wait_ms, result["turn"]

@@ -1,7 +1,9 @@
 """The `vocal` command line: a root Typer app that finds its commands by file name.
 
 Every module `vocal/commands/NAME.py` that defines a Typer `app` is the command `vocal NAME`
-(a command with verbs, `vocal conch status`, is a Typer group in its one module); `__init__.py`,
+(a command with verbs, `vocal conch status`, is a Typer group in its one module), and so is
+`vocal/commands/TOPIC/NAME.py` in a topic folder (`commands/sound/mute.py` is `vocal mute`): a
+topic only groups files, it is never a command and adds nothing to the name. `__init__.py`,
 `_*.py`, `*_helpers.py` and `types.py` are never commands. Discovery reads file names only: the
 root's help reads each command's one-line summary from its module docstring without importing
 it, and a command's module is imported only when that command runs or shows its own help.
@@ -57,23 +59,49 @@ def command_name(stem: str) -> str:
     return stem.replace("_", "-")
 
 
-def discover_commands() -> dict[str, Path]:
-    """Every command on disk, name -> module file, from file names only (nothing imported).
+def is_topic_dir(path: Path) -> bool:
+    """Whether a directory in `commands/` is a topic folder, whose command files are commands:
+    a package (it has `__init__.py`) whose name starts with neither `_` nor `.`."""
+    return path.is_dir() and path.name[0] not in "_." and (path / "__init__.py").is_file()
 
-    `commands/NAME.py` is `vocal NAME`. VOCAL_COMMANDS_ENABLED/DISABLED are not applied here
-    (see `CommandFilter`).
+
+def command_module(path: Path) -> str:
+    """The name a command file is imported by (`commands/sound/mute.py`:
+    `vocal.commands.sound.mute`)."""
+    return ".".join(["vocal.commands", *path.relative_to(COMMANDS_DIR).with_suffix("").parts])
+
+
+def discover_commands() -> dict[str, Path]:
+    """Every command on disk, name -> module file, in name order, from file names only
+    (nothing imported).
+
+    `commands/NAME.py` and `commands/TOPIC/NAME.py` are `vocal NAME`; deeper folders are not
+    read. VOCAL_COMMANDS_ENABLED/DISABLED are not applied here (see `CommandFilter`).
     """
     return dict(_discover())
+
+
+def _listing(directory: Path) -> list[Path]:
+    try:
+        return sorted(directory.iterdir())
+    except OSError:
+        return []
 
 
 @functools.lru_cache(maxsize=1)
 def _discover() -> dict[str, Path]:
     # Once per process: help and completion ask for every command's summary.
-    try:
-        paths = sorted(COMMANDS_DIR.iterdir())
-    except OSError:
-        return {}
-    return {command_name(p.stem): p for p in paths if p.is_file() and is_command_file(p)}
+    entries = _listing(COMMANDS_DIR)
+    topics = [entry for entry in entries if is_topic_dir(entry)]
+    found: dict[str, Path] = {}
+    for path in entries + [path for topic in topics for path in _listing(topic)]:
+        if not (path.is_file() and is_command_file(path)):
+            continue
+        name = command_name(path.stem)
+        if name in found:  # a mistake of whoever added the file: say so rather than pick one
+            raise RuntimeError(f"two modules make `vocal {name}`: {found[name]} and {path}")
+        found[name] = path
+    return dict(sorted(found.items()))
 
 
 def summary_of(path: Path) -> str:
@@ -148,7 +176,7 @@ def disabled_command(path: tuple[str, ...], why: str) -> click.Command:
 def load_command(name: str, path: Path, rules: CommandFilter) -> click.Command:
     """The Click command of the module `path`, imported now; a group's filtered-out verbs are
     replaced by stand-ins that refuse to run."""
-    module = importlib.import_module(f"vocal.commands.{path.stem}")
+    module = importlib.import_module(command_module(path))
     command = typer.main.get_command(module.app)
     command.name = name
     if not command.help and module.__doc__:  # a group: its module docstring is its help
@@ -289,6 +317,7 @@ __all__ = [
     "CommandFilter",
     "EXIT_USAGE",
     "app",
+    "command_module",
     "discover_commands",
     "main",
     "summary_of",
