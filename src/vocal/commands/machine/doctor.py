@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from vocal.commands._app import command_app, finite
+from vocal.ops.doctor import DEFAULT_LISTEN_S  # no heavy import: ~10 ms on `doctor --help`
 
 app = command_app()
 
@@ -17,7 +18,7 @@ def doctor(
         False, "--json", help="Print a JSON array of checks: name, status, detail, fix."
     ),
     listen_s: float = typer.Option(
-        0.5,
+        DEFAULT_LISTEN_S,
         "--listen-s",
         min=0.1,
         max=10.0,
@@ -35,7 +36,7 @@ def doctor(
     """Check that this machine can hold a spoken turn, and say how to fix what cannot.
 
     Checks, in order: config, audio backend (PortAudio, the sound server), devices (the input
-    and output vocal uses), microphone level (half a second: all-zero buffers mean a muted
+    and output vocal uses), microphone level (`--listen-s`: all-zero buffers mean a muted
     microphone or one the OS refuses, which is not the same as a quiet room), headphones or
     speakers (decides echo cancellation), echo profile (what `--echo` kept for this speaker
     and microphone; a warning where echo is cancelled and nothing was measured), state
