@@ -120,15 +120,15 @@ def converse(
         no_speech_timeout_s=no_speech_timeout,
         stt_engine=stt_engine,
         stt_hints=hints,
+        barge_in=barge_in,
+        aec=aec,
+        session=session,
+        agent=agent,
     )
     options = ConverseOptions(
         engine=engine,
         voice=voice,
         speed=speed,
-        barge_in=barge_in,
-        aec=aec,
-        session=session,
-        agent=agent,
         use_conch=not no_conch,
         push_to_talk=ptt,
     )

@@ -108,9 +108,8 @@ def converse(
         from vocal.hearing.push_to_talk import require_terminal
 
         require_terminal()  # before anything is said
-    barge_in = settings.barge_in if options.barge_in is None else options.barge_in
-    aec_mode = options.aec or settings.aec
-    use_aec, detection = aec_wanted(aec_mode)
+    barge_in = settings.barge_in
+    use_aec, detection = aec_wanted(settings.aec)
     if not barge_in:
         use_aec = False  # nothing is heard while the reply plays: nothing to cancel
     profile = room_db = None
@@ -214,8 +213,6 @@ class _Run:
         with Turn(
             settings,
             kind="converse",
-            session=options.session,
-            agent=options.agent,
             voice=parts.voice,
             use_conch=options.use_conch,
         ) as turn:

@@ -12,17 +12,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ConverseOptions:
-    """What `vocal converse` was asked to do (None: from settings). The devices and the
-    listening flags (`--silence-ms`, `--max-seconds`...) reach the turn as settings, the one
-    route `vocal listen` takes too (vocal.hearing.listening.listen_options)."""
+    """What `vocal converse` was asked to do beyond its settings (None: the engine's own). A
+    flag that overrides a setting (the devices, `--barge-in`, `--aec`, `--session`, the
+    listening flags) reaches the turn as that setting, the one route `vocal listen` and
+    `vocal speak` take too (vocal.config.load_settings)."""
 
     engine: str | None = None  # the voice (TTS) engine; the recognizer is the stt_engine setting
     voice: str | None = None
     speed: float | None = None
-    barge_in: bool | None = None
-    aec: str | None = None  # auto, on, off
-    session: str | None = None
-    agent: str | None = None
     use_conch: bool = True
     #: Push-to-talk: the answer ends when the person presses Enter or Space on the terminal,
     #: not on a pause; Esc cancels (vocal.hearing.push_to_talk).

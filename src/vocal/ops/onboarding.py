@@ -13,6 +13,7 @@ them on the next try; offline, the fetch fails with exit 5 and nothing is writte
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -107,7 +108,8 @@ def prove(choices: SetupChoices, settings: Settings) -> ConverseResult:
 
     status(f'proof: saying "{PROOF_TEXT}" and listening for your answer')
     # Half-duplex: the answer comes after the sentence, so echo cancellation is not on trial.
-    result = converse(PROOF_TEXT, ConverseOptions(barge_in=False), settings)
+    half_duplex = dataclasses.replace(settings, barge_in=False)
+    result = converse(PROOF_TEXT, ConverseOptions(), half_duplex)
     if not result.speech_heard or not result.text.strip():
         what = "heard sound but no words" if result.speech_heard else "heard nobody"
         raise NoSpeechError(
