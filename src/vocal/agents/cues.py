@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
+    from vocal.floor.gates import Gates
+
 #: The font shipped in the package.
 BUILTIN_FONT = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "soundfont"
@@ -101,7 +103,7 @@ class CueResult:
         self.detail = ""
         self.player: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return dict(self.__dict__)
 
 
@@ -269,7 +271,7 @@ def play_pcm(pcm: Pcm, device: str | int | None = None) -> None:
         raise _port_audio_error("play the cue", exc) from None
 
 
-def _gates(home: str) -> Any:
+def _gates(home: str) -> Gates | None:
     """`vocal mute` / `vocal volume`, or None when they were never set: vocal.floor.gates is
     imported only then (its imports cost a cue 10-30 ms here)."""
     if not os.path.exists(os.path.join(home, GATES_FILE)):
@@ -415,7 +417,7 @@ def tool_from_hook_input(stream: Any = None) -> str | None:
     return tool if isinstance(tool, str) and tool else None
 
 
-def hook_snippet(command: list[str] | None = None) -> dict[str, Any]:
+def hook_snippet(command: list[str] | None = None) -> dict[str, dict[str, list[dict[str, object]]]]:
     """The `hooks` block for Claude Code's settings.json that plays a cue per event.
 
     `command`: how to run the lean entry point (default: this interpreter importing
@@ -425,9 +427,9 @@ def hook_snippet(command: list[str] | None = None) -> dict[str, Any]:
     import shlex
 
     base = command or [sys.executable, "-c", "import vocal.cuehook"]
-    hooks: dict[str, Any] = {}
+    hooks: dict[str, list[dict[str, object]]] = {}
     for event in HOOK_EVENTS:
-        entry: dict[str, Any] = {
+        entry: dict[str, object] = {
             "hooks": [{"type": "command", "command": shlex.join([*base, event]), "timeout": 5}]
         }
         if event in _TOOL_EVENTS:

@@ -9,7 +9,7 @@ Standard library only: `vocal hooks reply` runs at the end of every agent turn.
 
 from __future__ import annotations
 
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 from vocal.errors import UsageError
 from vocal.files.bounded import BoundedReadError, loads_json, read_stream
@@ -20,7 +20,7 @@ MAX_HOOK_INPUT_BYTES = 4 << 20
 HOOK_INPUT_TIMEOUT_S = 3.0
 
 
-def read_hook_event(stream: BinaryIO) -> Any:
+def read_hook_event(stream: BinaryIO) -> object:
     """The hook's event: the JSON on `stream` (a binary stdin), read to its end within
     HOOK_INPUT_TIMEOUT_S and MAX_HOOK_INPUT_BYTES, depth-limited ({} when empty).
 

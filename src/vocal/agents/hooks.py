@@ -39,7 +39,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, TypeGuard
 
 from vocal.errors import UsageError, VocalError
 from vocal.files.atomic import write_atomic
@@ -84,17 +84,55 @@ def check_agent(agent: str) -> str:
     return agent
 
 
-def our_entries(command: str) -> dict[str, list[dict[str, Any]]]:
+class CommandHook(TypedDict):
+    """One hook as Claude Code's settings hold it (the keys vocal writes)."""
+
+    type: str
+    command: str
+    timeout: int
+
+
+class HookGroup(TypedDict):
+    """A matcher group of an event's hooks (vocal's have no matcher: every occurrence)."""
+
+    hooks: list[CommandHook]
+
+
+class SettingsFile(TypedDict, total=False):
+    """An agent's settings file: its `hooks` object (event -> matcher groups) is all vocal
+    reads or changes; every other key is written back as it was."""
+
+    hooks: dict[str, object]
+
+
+class HookReportDict(TypedDict):
+    """`HookReport.to_dict`: what `vocal hooks install|remove|status --json` prints."""
+
+    agent: str
+    scope: str
+    path: str
+    action: str
+    events: list[str]
+    backup: str | None
+    command: str | None
+    note: str | None
+
+
+def our_entries(command: str) -> dict[str, list[HookGroup]]:
     """The matcher groups vocal adds, per event."""
 
-    def group(args: str) -> dict[str, Any]:
-        hook = {"type": "command", "command": f"{command} {args}", "timeout": HOOK_TIMEOUT_S}
+    def group(args: str) -> HookGroup:
+        hook: CommandHook = {
+            "type": "command",
+            "command": f"{command} {args}",
+            "timeout": HOOK_TIMEOUT_S,
+        }
         return {"hooks": [hook]}
 
     return {"SessionStart": [group(WARM_ARGS)], "Stop": [group(REPLY_ARGS)]}
 
 
-def is_ours(hook: Any) -> bool:
+def is_ours(hook: object) -> bool:
     """A hook (the inner {"type": "command", ...}) that vocal installed."""
     if not isinstance(hook, dict) or not isinstance(hook.get("command"), str):
         return False
@@ -120,7 +158,7 @@ class Layout:
             indent = white if "\t" in white else len(white)
         return cls(indent, text.endswith("\n"))
 
-    def dump(self, data: Any) -> bytes:
+    def dump(self, data: object) -> bytes:
         if self.indent is None:
             text = json.dumps(data, ensure_ascii=False)
         else:
@@ -128,14 +166,18 @@ class Layout:
         return (text + ("\n" if self.trailing_newline else "")).encode("utf-8")
 
 
-def _parse(path: Path, raw: bytes) -> dict[str, Any]:
+def _is_settings(data: object) -> TypeGuard[SettingsFile]:
+    return isinstance(data, dict) and isinstance(data.get("hooks", {}), dict)
+
+
+def _parse(path: Path, raw: bytes) -> SettingsFile:
     try:
         data = loads_json(raw.decode("utf-8-sig")) if raw.strip() else {}
     except (ValueError, UnicodeDecodeError) as exc:  # BoundedReadError: nested too deep
         raise UsageError(
             f"{path} is not valid JSON ({exc})", hint="fix it, then run this again"
         ) from None
-    if not isinstance(data, dict) or not isinstance(data.get("hooks", {}), dict):
+    if not _is_settings(data):
         raise UsageError(f"{path} does not hold a settings object with a 'hooks' object")
     return data
 
@@ -215,8 +257,8 @@ def _write(path: Path, data: bytes) -> None:
         ) from None
 
 
-def _our_hooks(raw: bytes | None, path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(event, hook) for each of our hooks in the settings file `raw`."""
+def _our_hooks(raw: bytes | None, path: Path) -> Iterator[tuple[str, str]]:
+    """(event, command) for each of our hooks in the settings file `raw`."""
     if raw is None:
         return
     for event, groups in _parse(path, raw).get("hooks", {}).items():
@@ -224,18 +266,18 @@ def _our_hooks(raw: bytes | None, path: Path) -> Iterator[tuple[str, dict[str, A
             inner = group.get("hooks") if isinstance(group, dict) else None
             for hook in inner if isinstance(inner, list) else []:
                 if is_ours(hook):
-                    yield event, hook
+                    yield event, hook["command"]
 
 
 def _installed(raw: bytes | None, path: Path) -> list[str]:
     """Events that hold one of our hooks."""
-    return sorted({event for event, _hook in _our_hooks(raw, path)})
+    return sorted({event for event, _command in _our_hooks(raw, path)})
 
 
 def _our_command(raw: bytes, path: Path) -> str | None:
     """The vocal command prefix our installed hooks use."""
-    for _event, hook in _our_hooks(raw, path):
-        command = hook["command"].strip()
+    for _event, command in _our_hooks(raw, path):
+        command = command.strip()
         for args in (REPLY_ARGS, WARM_ARGS):
             if command.endswith(" " + args):
                 return command[: -len(args) - 1]
@@ -267,7 +309,7 @@ class HookReport:
     #: Something the user should know about the file (a link to a missing target).
     note: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> HookReportDict:
         return {
             "agent": self.agent,
             "scope": self.scope,

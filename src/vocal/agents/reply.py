@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from vocal.errors import UsageError
 from vocal.files.bounded import BoundedReadError, loads_json, read_tail
@@ -28,6 +28,14 @@ from vocal.files.bounded import BoundedReadError, loads_json, read_tail
 #: A transcript grows to many MB by right: only its last TRANSCRIPT_TAIL_BYTES are read, which
 #: hold the last turn (issue 37; the event itself is bounded in vocal.agents.hook_event).
 TRANSCRIPT_TAIL_BYTES = 8 << 20
+
+
+class ReplyDict(TypedDict):
+    """`Reply.to_dict`: what `vocal hooks reply --json` prints."""
+
+    text: str
+    session: str | None
+    message: str
 
 
 @dataclass
@@ -38,7 +46,7 @@ class Reply:
     session: str | None
     message: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ReplyDict:
         return {"text": self.text, "session": self.session, "message": self.message}
 
 
@@ -47,7 +55,7 @@ def _safe(name: str) -> str:
     return cleaned or "x"
 
 
-def reply_from_event(event: Any) -> Reply | None:
+def reply_from_event(event: object) -> Reply | None:
     """The reply a `Stop` event is about (None when there is no text)."""
     if not isinstance(event, dict):
         raise UsageError("the hook input is not a JSON object")

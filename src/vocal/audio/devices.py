@@ -15,12 +15,14 @@ import queue
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
 from vocal.errors import DeviceError
 
 if TYPE_CHECKING:
     import numpy as np
+    from _typeshed import ReadableBuffer
 
 # numpy is imported where it is used, not here: `vocal listen` opens the microphone before
 # numpy has loaded (~150 ms), so recording starts sooner (issue 3: process start -> mic open).
@@ -44,7 +46,32 @@ DEFAULT_REFERENCE_S = 600.0
 BlockHook = Callable[["np.ndarray"], None]
 
 
-def sounddevice() -> Any:
+class AudioStream(Protocol):
+    """The part of a sounddevice stream vocal uses (sounddevice ships no types)."""
+
+    def start(self) -> None: ...
+
+    def abort(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class CallbackTime(Protocol):
+    """PortAudio's clock for one callback (seconds on the stream's time base)."""
+
+    inputBufferAdcTime: float
+    outputBufferDacTime: float
+    currentTime: float
+
+
+class CallbackFlags(Protocol):
+    """What went wrong since the last callback (sounddevice.CallbackFlags)."""
+
+    input_overflow: bool
+    output_underflow: bool
+
+
+def sounddevice() -> ModuleType:
     """Import sounddevice, turning a missing PortAudio into a `DeviceError` (exit 5).
 
     An initialization `vocal.launch` began early is waited for first: two threads inside
@@ -79,7 +106,7 @@ class DeviceInfo:
     default_input: bool
     default_output: bool
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -150,8 +177,8 @@ def start_stream(
     *,
     raw: bool = False,
     latency: float | str = "low",
-    **extra: Any,
-) -> Any:
+    **extra: object,
+) -> AudioStream:
     """Open and start a mono float32 input or output stream, PortAudio's "low" latency unless
     `latency` (seconds, "low" or "high") says otherwise (`raw`: an input stream that hands the
     callback a buffer, not a numpy array)."""
@@ -179,7 +206,7 @@ def start_stream(
     return stream
 
 
-def close_stream(stream: Any) -> None:
+def close_stream(stream: AudioStream | None) -> None:
     """Abort and close `stream` (None is fine)."""
     if stream is None:
         return
@@ -225,7 +252,7 @@ class Microphone:
         self._on_block = on_block
         #: Blocks, or (bytes, time) from the raw callback until `read` makes them arrays.
         self._queue: queue.SimpleQueue[Block | tuple[bytes, float] | None] = queue.SimpleQueue()
-        self._stream: Any = None
+        self._stream: AudioStream | None = None
         self.opened_at_s: float | None = None
 
     def open(self) -> Microphone:
@@ -252,7 +279,9 @@ class Microphone:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _callback(self, indata: np.ndarray, frames: int, _time: Any, status: Any) -> None:
+    def _callback(
+        self, indata: np.ndarray, frames: int, _time: CallbackTime, status: CallbackFlags
+    ) -> None:
         if status.input_overflow:
             self.overflows += 1
         block = indata[:, 0].copy()
@@ -260,7 +289,9 @@ class Microphone:
             block = self._on_block(block)
         self._queue.put(Block(block, time.monotonic()))
 
-    def _raw_callback(self, indata: Any, frames: int, _time: Any, status: Any) -> None:
+    def _raw_callback(
+        self, indata: ReadableBuffer, frames: int, _time: CallbackTime, status: CallbackFlags
+    ) -> None:
         if status.input_overflow:
             self.overflows += 1
         self._queue.put((bytes(indata), time.monotonic()))

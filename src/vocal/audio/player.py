@@ -10,11 +10,15 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from vocal.audio.devices import (
     DEFAULT_OUTPUT_BLOCK_FRAMES,
     DEFAULT_REFERENCE_S,
+    AudioStream,
+    CallbackFlags,
+    CallbackTime,
     close_stream,
     sounddevice,
     start_stream,
@@ -125,8 +129,8 @@ class Player:
         self._played_out = False
         self._closing = False
         self._ended_by_itself = False
-        self._stream: Any = None
-        self._sd: Any = None  # bound in open() so the callback never imports
+        self._stream: AudioStream | None = None
+        self._sd: ModuleType  # bound in open() so the callback never imports
         self.started_at_s: float | None = None  # time.monotonic() of the first callback
         self.underflows = 0
 
@@ -259,7 +263,9 @@ class Player:
         return max(0, self._queued_frames - self._consumed)
 
     # the audio callback: copy, count, hand on; nothing that blocks
-    def _callback(self, outdata: np.ndarray, frames: int, _time: Any, status: Any) -> None:
+    def _callback(
+        self, outdata: np.ndarray, frames: int, _time: CallbackTime, status: CallbackFlags
+    ) -> None:
         if self.started_at_s is None:
             self.started_at_s = time.monotonic()
         if status.output_underflow:

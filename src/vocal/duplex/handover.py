@@ -20,12 +20,13 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from vocal.audio.devices import Block
     from vocal.duplex.bargein.detector import BargeInDetector
     from vocal.duplex.echo_free.onset import EchoFreeOnset, OnsetFit
+    from vocal.duplex.options import HandoverReport
     from vocal.duplex.outcome import TurnParts
     from vocal.duplex.wiring import EchoGuard
     from vocal.hearing.stt_loading import SttLoader
@@ -40,25 +41,20 @@ SAMPLE_RATE = 16_000
 HANDOVER_LOOKBACK_S = 1.0
 HANDOVER_MIN_REMOVED_DB = 30.0
 #: A glitch (an output underflow, an input overflow, a late callback) may move the echo path
-#: under the fit, which then leaves the reply's last words in the "echo-free" capture. Seen:
-#: "in the Docs folder." from a fit that removed 32 dB over the stretch, after 2 underflows
-#: (tests/test_converse.py). Blanking after any glitch this long before the hand-over's
-#: stretch or in it lost answers' first words on a busy machine, most after glitches that had
-#: moved nothing (an underflow as the output drains: issue 36). So the echo is followed
-#: through the stretch (vocal.duplex.echo_free.echo_follow, from `FOLLOW_LEAD_S` before it), and
-#: after a glitch the hand-over is blanked only where the following cannot vouch for the reply's
-#: words (windows within `FOLLOWED_WORDS_DB` of its loudest) in the span the glitch may have moved
-#: them: from `GLITCH_NOTICED_S` before it was noticed (the detector notices a glitch at its
+#: under the fit, which then leaves the reply's last words in the "echo-free" capture; but
+#: blanking after every glitch lost answers' first words on a busy machine (issue 36). So the
+#: echo is followed through the stretch (vocal.duplex.echo_free.echo_follow, from
+#: `FOLLOW_LEAD_S` before it), and after a glitch only what the following cannot vouch for
+#: (windows within `FOLLOWED_WORDS_DB` of its loudest) is blanked, over the span the glitch
+#: may have moved: from `GLITCH_NOTICED_S` before it was noticed (a glitch is noticed at the
 #: next block, late by its backlog) to when it was, each one echo delay later in the capture.
 HANDOVER_GLITCH_BEFORE_S = 1.5
 FOLLOW_LEAD_S = 0.5
 FOLLOWED_WORDS_DB = 20.0
 GLITCH_NOTICED_S = 1.0
 #: After a barge-in the same holds: the fit starts this long after the last glitch noticed
-#: before the person's onset (the echo of what played before it arrives for the path's delay
-#: yet), and one noticed after the onset rules the raw capture out. Seen on real recordings
-#: (benchmarks/converse --parts real, +6 dB), each after underflows: "40 was not..." for "he
-#: was not..." (the reply's "forty") and "I also turned..." for "He turned...".
+#: before the person's onset (the echo of what played before it still arrives), and one
+#: noticed after the onset rules the raw capture out (docs/design.md has what was seen).
 GLITCH_SETTLE_S = 0.3
 #: Blocks (3 in a row) whose echo-free level is within this of the raw microphone's hold more
 #: than the reply's echo, if above the floor (dBFS of mean square); kept from this long before.
@@ -312,7 +308,7 @@ def kept_blocks(
 
 def handover_blocks(
     guard: EchoGuard, recent: Iterable[Block], ended_s: float
-) -> tuple[list[Block] | None, EchoFreeOnset | None, dict[str, Any]]:
+) -> tuple[list[Block] | None, EchoFreeOnset | None, HandoverReport]:
     """The reply ended by itself at `ended_s`: the capture from its end, or from just before
     someone was heard over its last `HANDOVER_LOOKBACK_S`, rebuilt, with the fit to rebuild
     what follows, and what `tail_audio` reports; (None, None, report) where no fit removes
@@ -322,7 +318,7 @@ def handover_blocks(
     started_s = time.monotonic()
     detector = guard.detector
     onset_s = trailing_onset_s(detector, ended_s)
-    report: dict[str, Any] = {
+    report: HandoverReport = {
         "source": "blanked",
         "speech_before_end_s": None if onset_s is None else round(ended_s - onset_s, 3),
     }
@@ -355,7 +351,7 @@ def handover_blocks(
 
 
 def _handover_fit(
-    guard: EchoGuard, ended_s: float, onset_s: float | None, report: dict[str, Any]
+    guard: EchoGuard, ended_s: float, onset_s: float | None, report: HandoverReport
 ) -> EchoFreeOnset | None:
     """The reply's echo fitted up to its end, or up to `onset_s` (speech the detector saw
     begin before the end), whichever removes more where the latter falls short; fitted again
@@ -391,7 +387,7 @@ def _before_end(steps: Iterable[tuple[int, int]], end: int) -> list[list[float]]
 
 
 def _followed(
-    echo_free: EchoFreeOnset | None, ended_s: float, glitches: list[float], report: dict[str, Any]
+    echo_free: EchoFreeOnset | None, ended_s: float, glitches: list[float], report: HandoverReport
 ) -> EchoFreeOnset | None:
     """`echo_free` followed through the hand-over's stretch (vocal.duplex.echo_free.echo_follow), or
     None where its fit removes less than `HANDOVER_MIN_REMOVED_DB`, or `glitches` (times

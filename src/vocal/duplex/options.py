@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from vocal.hearing.listening import ListenResult
@@ -24,6 +24,47 @@ class ConverseOptions:
     #: Push-to-talk: the answer ends when the person presses Enter or Space on the terminal,
     #: not on a pause; Esc cancels (vocal.hearing.push_to_talk).
     push_to_talk: bool = False
+
+
+class InterruptionAudio(TypedDict):
+    """What a barge-in's interruption was heard from (`ConverseResult.interruption_audio`)."""
+
+    #: "raw" (the raw microphone minus the reply's fitted echo) or "canceller".
+    source: str
+    echo_removed_db: float | None
+    fit_s: float | None
+    glitch_after_onset: bool
+    traced_back_s: float
+
+
+class HandoverReport(TypedDict, total=False):
+    """How the reply's last second and the room's tail reached the listener (`tail_audio`)."""
+
+    #: "raw" (the microphone minus the fitted echo) or "blanked".
+    source: str
+    #: Speech the detector saw begin before the reply's end: how long before (s).
+    speech_before_end_s: float | None
+    echo_removed_db: float | None
+    delay_ms: float | None
+    #: Which stretch was fitted: "to_end", "to_onset" or "across_moves".
+    fit: str
+    #: The echo's moves fitted across, and the steps it was followed through: each
+    #: [s before the end, ms later than the fit's delay].
+    moves: list[list[float]]
+    steps: list[list[float]]
+    #: After a glitch: "followed" or "blanked".
+    glitch: str
+    near_end_before_end_s: float | None
+    fit_s: float
+
+
+class Backchannel(TypedDict):
+    """A backchannel said over the reply (`ConverseResult.backchannels`)."""
+
+    text: str
+    at_s: float | None
+    speech_s: float
+    paused_s: float
 
 
 @dataclass
@@ -54,32 +95,32 @@ class ConverseResult:
     #: `barge_in_trace` setting (diagnostics); None otherwise.
     trace: list[tuple[float, float, bool, float | None, float | None]] | None = None
     #: The canceller's per-block levels (`EchoCanceller(log_levels=True)`), with the trace.
-    levels: dict[str, Any] | None = None
+    levels: dict[str, object] | None = None
     #: After a barge-in, what the interruption was heard from: {"source": "raw" (the raw
     #: microphone minus the reply's fitted echo, vocal.duplex.echo_free.onset) or "canceller",
     #: "echo_removed_db": what the best fit removed (None: nothing to fit), "fit_s"}.
-    interruption_audio: dict[str, Any] | None = None
+    interruption_audio: InterruptionAudio | None = None
     #: Backchannels ("yeah", "mm-hmm") the person said over the reply: each paused it and it
     #: went on (vocal.duplex.bargein.backchannel): {"text", "at_s" (from the reply's first sample),
     #: "speech_s", "paused_s"}. They are not in `text` and do not make `interrupted`.
-    backchannels: list[dict[str, Any]] = field(default_factory=list)
+    backchannels: list[Backchannel] = field(default_factory=list)
     #: When the reply ended by itself with the canceller on: how its last second and the room's
     #: tail reached the listener: {"source": "raw" (the microphone minus the reply's fitted
     #: echo, so an answer begun as the reply ended keeps its first words) or "blanked",
     #: "echo_removed_db", "fit_s"}; None otherwise.
-    tail_audio: dict[str, Any] | None = None
+    tail_audio: HandoverReport | None = None
     #: The device pair's echo profile the turn used (`vocal doctor --echo`: its delay went to
     #: the canceller; a "half-duplex" verdict made `mode` half-duplex); None: none kept.
-    echo_profile: dict[str, Any] | None = None
+    echo_profile: dict[str, object] | None = None
     #: The echo delay this turn measured and kept for the next (ms; None: no fit held).
     learned_echo_delay_ms: float | None = None
     #: The room's own level at the microphone while the reply was silent (dB of mean square;
     #: the barge-in detector's floor, vocal.duplex.bargein.ambient); None: not known.
     room_level_db: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """What `vocal converse --json` prints."""
-        extra: dict[str, Any] = {} if self.trace is None else {"barge_in_trace": self.trace}
+        extra: dict[str, object] = {} if self.trace is None else {"barge_in_trace": self.trace}
         if self.levels is not None:
             extra["barge_in_levels"] = self.levels
         return {
@@ -121,4 +162,10 @@ def _round(value: float | None) -> float | None:
     return round(value, 4) if isinstance(value, float) else value
 
 
-__all__ = ["ConverseOptions", "ConverseResult"]
+__all__ = [
+    "Backchannel",
+    "ConverseOptions",
+    "ConverseResult",
+    "HandoverReport",
+    "InterruptionAudio",
+]

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from vocal.duplex.options import ConverseResult
+from vocal.duplex.options import Backchannel, ConverseResult, HandoverReport
 from vocal.duplex.wiring import EchoGuard
 
 if TYPE_CHECKING:
@@ -74,10 +74,10 @@ class TurnParts:
     room_first_s: float = 0.0
     #: When the reply ended by itself: whether its last second and its room tail were heard
     #: from the raw microphone minus the fitted echo ("raw") or blanked as before ("blanked").
-    tail_audio: dict | None = None
+    tail_audio: HandoverReport | None = None
     #: Backchannels heard over the reply, each of which paused it and let it go on
     #: (vocal.duplex.bargein.backchannel): {"text", "at_s", "speech_s", "paused_s"}.
-    backchannels: list[dict] = field(default_factory=list)
+    backchannels: list[Backchannel] = field(default_factory=list)
     #: Keeping the turn's echo delay for the next one (vocal.duplex.canceller.profile.learn_delay),
     #: and the delay kept once it has been written.
     learner: threading.Thread | None = None

@@ -24,7 +24,7 @@ import time
 # every import on its 100 ms path.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, BinaryIO
+    from typing import BinaryIO
 
 #: The deepest JSON any reader accepts: vocal's own documents nest 4 levels, a hook's input 6.
 MAX_JSON_DEPTH = 64
@@ -51,7 +51,7 @@ def json_depth(data: bytes) -> int:
     return deepest
 
 
-def loads_json(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+def loads_json(data: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> object:
     """`json.loads(data)`, refusing a document nested deeper than `max_depth`.
 
     Raises:

@@ -24,11 +24,10 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from vocal.errors import UsageError, VocalError
 from vocal.floor.statefiles import (
@@ -76,13 +75,13 @@ class Endpoint:
     started_at: float = 0.0
     pid_start: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         data = asdict(self)
         data["socket_path"] = str(self.socket_path)
         return data
 
 
-def parse_endpoint(data: Any, run_dir: Path, pid: int) -> Endpoint:
+def parse_endpoint(data: object, run_dir: Path, pid: int) -> Endpoint:
     """The `Endpoint` that run/<pid>.json describes, field by field; raises BadRecord (the file
     names its own pid, which must be the one in its name)."""
     if not isinstance(data, dict):
@@ -112,7 +111,7 @@ class ControlServer:
         run_dir: Path,
         handler: Handler,
         *,
-        info: dict[str, Any] | None = None,
+        info: Mapping[str, object] | None = None,
         max_line_bytes: int = MAX_LINE_BYTES,
         idle_timeout_s: float = IDLE_TIMEOUT_S,
         max_clients: int = MAX_CLIENTS,
@@ -288,7 +287,7 @@ class ControlServer:
                 self._replying -= 1
                 self._replied.notify_all()
 
-    def answer(self, line: bytes) -> dict[str, Any]:
+    def answer(self, line: bytes) -> dict[str, object]:
         """The reply to one request line (never raises)."""
         received_at_s = time.monotonic()
         try:
@@ -317,7 +316,7 @@ class ControlServer:
         return {"ok": True, "cmd": cmd, "received_at_s": received_at_s, **(fields or {})}
 
 
-def _send(conn: socket.socket, reply: dict[str, Any]) -> bool:
+def _send(conn: socket.socket, reply: Mapping[str, object]) -> bool:
     try:
         # A client that never reads fills its buffer: give up on it after the idle timeout.
         conn.settimeout(IDLE_TIMEOUT_S)
@@ -421,8 +420,8 @@ def find_endpoint(
 
 
 def send_command(
-    endpoint: Endpoint | Path, cmd: str, *, timeout_s: float = 2.0, **fields: Any
-) -> dict[str, Any]:
+    endpoint: Endpoint | Path, cmd: str, *, timeout_s: float = 2.0, **fields: object
+) -> dict[str, object]:
     """Send one command and return the reply (with `sent_at_s`, `replied_at_s` monotonic).
 
     Raises ControlError when nothing answers or the reply is not JSON.

@@ -38,9 +38,10 @@ import os
 import subprocess
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, TypeGuard
 
 from vocal.errors import UsageError
 from vocal.floor.statefiles import (
@@ -91,7 +92,7 @@ class FocusResult:
     hold_until: float = 0.0
     detail: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -139,10 +140,40 @@ def select_pane(target: TmuxPane) -> None:
     tmux(target.socket, "select-window", "-t", target.pane, ";", "select-pane", "-t", target.pane)
 
 
-def parse_sentinel(data: Any) -> dict[str, dict[str, Any]]:
+class FocusRecord(TypedDict, total=False):
+    """One tmux session's record in focus.json (`parse_sentinel` makes sure of every key)."""
+
+    #: The pane focus stays on (or was last put on) and until when (0: no hold).
+    pane: str
+    hold_until: float
+    #: Who wrote it: "vocal", "manual", "hold", "released".
+    reason: str
+    at: float
+
+
+class FocusStatus(TypedDict):
+    """`focus_record`: what `vocal focus status --json` prints."""
+
+    socket: str
+    session: str
+    pane: str
+    active: str
+    enabled: bool
+    record: FocusRecord | None
+
+
+def parse_sentinel(data: object) -> dict[str, FocusRecord]:
     """focus.json as `FocusSentinel.write` makes it: {KEY: {pane, hold_until, reason, at}}.
     Anything else raises BadRecord: the file is quarantined and the sentinel starts afresh,
     rather than every turn failing on it (issue 37)."""
+    if _checked_sentinel(data):
+        return data
+    raise BadRecord("focus: not a record")  # not reached: the check raises first
+
+
+def _checked_sentinel(data: object) -> TypeGuard[dict[str, FocusRecord]]:
+    """True, or raises BadRecord; completes each record (as a type guard, the file's own dict
+    is returned: nothing is copied)."""
     if not isinstance(data, dict):
         raise BadRecord(f"focus: a JSON {type(data).__name__}, not an object")
     for record in data.values():
@@ -152,7 +183,7 @@ def parse_sentinel(data: Any) -> dict[str, dict[str, Any]]:
         record["hold_until"] = check_field("hold_until", record.get("hold_until", 0.0), "float")
         check_field("reason", record.setdefault("reason", ""), "str")
         check_field("at", record.setdefault("at", 0.0), "float")
-    return data
+    return True
 
 
 class FocusSentinel:
@@ -165,16 +196,16 @@ class FocusSentinel:
         self.path = self.run_dir / SENTINEL_NAME
         self.log_dir = log_dir
 
-    def lock(self) -> Any:
+    def lock(self) -> AbstractContextManager[int]:
         private_dir(self.run_dir)
         return locked(self.run_dir / "focus.lock")
 
-    def records(self, *, heal: bool = True) -> dict[str, dict[str, Any]]:
+    def records(self, *, heal: bool = True) -> dict[str, FocusRecord]:
         """Every session's record; `heal` (the caller holds `lock()`): quarantine a bad file."""
         found = read_record(self.path, parse_sentinel, log_dir=self.log_dir, quarantine_bad=heal)
         return found or {}
 
-    def read(self, key: str, *, heal: bool = True) -> dict[str, Any] | None:
+    def read(self, key: str, *, heal: bool = True) -> FocusRecord | None:
         return self.records(heal=heal).get(key)
 
     def write(self, key: str, pane: str, hold_until: float, reason: str, now: float) -> None:
@@ -245,7 +276,7 @@ def release_focus(settings: Settings, env: Mapping[str, str] | None = None) -> b
         return True
 
 
-def focus_record(settings: Settings, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+def focus_record(settings: Settings, env: Mapping[str, str] | None = None) -> FocusStatus:
     """The sentinel's record for the caller's tmux server (`vocal focus status`)."""
     target = _need_tmux(env)
     session, active = _active_or_usage(target)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from vocal.errors import UsageError
 from vocal.floor.statefiles import BadRecord, check_field, read_record, write_bytes_atomic
@@ -48,7 +47,7 @@ def gates_path(home: Path) -> Path:
     return Path(home) / GATES_FILE_NAME
 
 
-def parse_gates(data: Any) -> Gates:
+def parse_gates(data: object) -> Gates:
     """`Gates` from the JSON of gates.json; a volume out of range is brought into it. Raises
     BadRecord for anything else that is not what `write_gates` writes."""
     if not isinstance(data, dict):

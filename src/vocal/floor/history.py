@@ -29,9 +29,10 @@ from __future__ import annotations
 import os
 import re
 import time
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 from vocal.config import Settings
 from vocal.errors import UsageError
@@ -104,14 +105,14 @@ class Utterance:
         samples = np.frombuffer(raw[:usable], dtype="<i2").astype(np.float32) / 32768.0
         return Audio(samples, self.sample_rate)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         data = asdict(self)
         data.pop("pcm_path")
         data["duration_s"] = round(self.duration_s, 3)
         return data
 
 
-def parse_entry(data: Any, utterance_id: int | None = None) -> Utterance:
+def parse_entry(data: object, utterance_id: int | None = None) -> Utterance:
     """An `Utterance` from the JSON of NNNNNN.json (N = `utterance_id`, which the record must
     repeat), field by field; raises BadRecord. `frames` and `pcm_path` are the caller's."""
     if not isinstance(data, dict):
@@ -134,7 +135,7 @@ def parse_entry(data: Any, utterance_id: int | None = None) -> Utterance:
     )
 
 
-def _parse_count(data: Any) -> int:
+def _parse_count(data: object) -> int:
     return check_field("seq", data, "int", (0, MAX_ID))
 
 
@@ -152,7 +153,7 @@ class Recording:
     `out` is the PCM file, opened by `History.begin` under the lock: opened later, it could
     recreate a PCM that a concurrent writer had just trimmed (an orphan, issue 17)."""
 
-    def __init__(self, history: History, utterance: Utterance, out: Any) -> None:
+    def __init__(self, history: History, utterance: Utterance, out: IO[bytes]) -> None:
         self.history = history
         self.utterance = utterance
         self._max_frames = round(MAX_UTTERANCE_S * utterance.sample_rate)
@@ -197,7 +198,7 @@ class History:
     def from_settings(cls, settings: Settings) -> History:
         return cls(settings.history_dir, settings.history_size)
 
-    def _lock(self) -> Any:
+    def _lock(self) -> AbstractContextManager[int]:
         if not self._ready:
             private_dir(self.directory)
             self._ready = True
@@ -407,7 +408,7 @@ class History:
         )
 
 
-def _parse_cursor(data: Any) -> tuple[int, int]:
+def _parse_cursor(data: object) -> tuple[int, int]:
     """(utterance_id, newest_id) from the JSON of cursor.json; raises BadRecord."""
     if not isinstance(data, dict):
         raise BadRecord("cursor: not an object")

@@ -44,10 +44,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from vocal.errors import UsageError
-from vocal.floor.message_records import parse_cursor, parse_index, parse_piece
+from vocal.floor.message_records import (
+    CursorRecord,
+    IndexRecord,
+    PieceRecord,
+    parse_cursor,
+    parse_index,
+    parse_piece,
+)
 from vocal.floor.statefiles import locked, private_dir, read_record, unlink, write_json
 
 #: Message ids are file names: letters, digits, '.', '_', '-', not starting with a dot.
@@ -121,13 +127,13 @@ class PieceOutcome:
     finished_at_s: float = 0.0
     superseded_by: str | None = None
     #: Whatever the reading callback returned per piece (speech results), for --json.
-    details: list[Any] = field(default_factory=list)
+    details: list[object] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
         return 3 if self.status in EXIT_3_STATUSES else 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "status": self.status,
             "message": self.message,
@@ -156,14 +162,14 @@ class MessageBoard:
     def _piece_path(self, message: str, piece: int) -> Path:
         return self._dir(message) / f"piece-{piece}.json"
 
-    def _cursor(self, message: str) -> dict[str, Any] | None:
+    def _cursor(self, message: str) -> CursorRecord | None:
         path = self._dir(message) / "cursor.json"
         return read_record(path, parse_cursor, log_dir=self.log_dir)
 
-    def _write_cursor(self, message: str, cursor: dict[str, Any]) -> None:
+    def _write_cursor(self, message: str, cursor: CursorRecord) -> None:
         write_json(self._dir(message) / "cursor.json", cursor)
 
-    def _index(self) -> dict[str, Any]:
+    def _index(self) -> IndexRecord:
         data = read_record(self.root / "index.json", parse_index, log_dir=self.log_dir)
         return data if data is not None else {"latest": None, "seq": 0, "messages": {}}
 
@@ -201,7 +207,7 @@ class MessageBoard:
             elif known.get("done") or not self._dir(message).is_dir():
                 return "late"
             path = self._piece_path(message, piece)
-            cursor = self._cursor(message) or {}
+            cursor: CursorRecord = self._cursor(message) or {"results": {}}
             if path.exists() or str(piece) in cursor.get("results", {}):
                 raise UsageError(f"piece {piece} of message {message!r} was already sent")
             write_json(path, {"text": text, "final": final, "arrived_at": now})
@@ -256,7 +262,7 @@ class MessageBoard:
             os.close(fd)
 
     # -- the reader (holds the message lock) -----------------------------------------------------
-    def _arrived(self, message: str) -> dict[int, dict[str, Any]]:
+    def _arrived(self, message: str) -> dict[int, PieceRecord]:
         pieces = {}
         with contextlib.suppress(FileNotFoundError):
             for name in os.listdir(self._dir(message)):
@@ -336,7 +342,7 @@ class MessageBoard:
                 write_json(self.root / "index.json", index)
             shutil.rmtree(self._dir(message), ignore_errors=True)
 
-    def _prune(self, index: dict[str, Any], now: float) -> None:
+    def _prune(self, index: IndexRecord, now: float) -> None:
         """Drop stale message directories and old index entries (session lock held)."""
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self.root):
@@ -356,7 +362,7 @@ class MessageBoard:
 
 #: read(piece, text) -> (status, detail): speaks a piece; status is "read", "empty",
 #: "skipped", "superseded" or "stopped".
-ReadPiece = Callable[[int, str], "tuple[str, Any]"]
+ReadPiece = Callable[[int, str], "tuple[str, object]"]
 
 
 def run_piece(

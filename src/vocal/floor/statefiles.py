@@ -32,7 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 from vocal.files.bounded import BoundedReadError, loads_json, read_up_to
 from vocal.floor.statedir import ensure_private_dir
@@ -96,7 +96,7 @@ def next_counter(lock_fd: int, *, above: int = 0, ceiling: int | None = None) ->
     return value
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: object) -> None:
     """Write `data` as JSON to `path` atomically (temporary file in the same directory, rename)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -109,7 +109,7 @@ def write_json(path: Path, data: Any) -> None:
         raise
 
 
-def read_json(path: Path) -> Any:
+def read_json(path: Path) -> object:
     """The JSON in `path`, or None if it is missing or not valid JSON (a foreign or torn file,
     nested too deep, or larger than `MAX_RECORD_BYTES`). Nothing is quarantined: see
     `read_record` for records."""
@@ -121,7 +121,7 @@ def read_json(path: Path) -> Any:
 
 def load_json(
     path: Path, *, max_bytes: int = MAX_RECORD_BYTES
-) -> tuple[Any, os.stat_result | None]:
+) -> tuple[object, os.stat_result | None]:
     """The JSON in `path` and the file's identity (stat) as read; (None, None) if it is missing.
 
     Raises:
@@ -157,7 +157,7 @@ def load_json(
 
 def read_record(
     path: Path,
-    parse: Callable[[Any], T],
+    parse: Callable[[object], T],
     *,
     log_dir: Path | None = None,
     quarantine_bad: bool = True,
@@ -187,7 +187,7 @@ def read_record(
 
 
 # -- validating records ------------------------------------------------------------------------
-def finite(value: Any) -> bool:
+def finite(value: object) -> TypeGuard[float]:
     """Whether `value` is a real number (not bool, NaN or infinite)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -218,7 +218,9 @@ def check_field(name: str, value: Any, kind: str, bounds: tuple[float, float] | 
     return value
 
 
-def record_from(cls: type[T], data: Any, bounds: dict[str, tuple[float, float]] | None = None) -> T:
+def record_from(
+    cls: type[T], data: object, bounds: dict[str, tuple[float, float]] | None = None
+) -> T:
     """An instance of dataclass `cls` from a JSON object, field by field: each present field
     must match its annotation (and `bounds`), each field without a default must be present;
     unknown keys are ignored (a newer vocal may add some). Raises BadRecord."""

@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vocal.errors import Interrupted
 from vocal.floor.conch.hold import HoldWatcher
@@ -39,12 +39,18 @@ from vocal.floor.phases import IllegalTransition, TurnPhase, allowed
 from vocal.floor.shown import shown_name
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     import numpy as np
 
     from vocal.audio.output import PlaybackControl
     from vocal.audio.player import Player
     from vocal.audio.wav import Audio
     from vocal.config import Settings
+    from vocal.floor.focus import FocusResult
+
+    #: What `signal.signal` returns: a handler, SIG_DFL or SIG_IGN, or None (not set from Python).
+    SignalHandler = Callable[[int, FrameType | None], object] | int | None
 
 Callback = Callable[[dict], "dict | None"]
 #: How often the play loop looks at the output and the event queue.
@@ -76,7 +82,7 @@ class PlayResult:
     #: Output blocks the device reported it ran dry (a loaded machine).
     underflows: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
@@ -129,11 +135,11 @@ class Turn:
         self._current: Utterance | None = None
         self._server: ControlServer | None = None
         self._watcher: HoldWatcher | None = None
-        self._old_handlers: dict[int, Any] = {}
+        self._old_handlers: dict[int, SignalHandler] = {}
         self._warmer: threading.Thread | None = None
         self._focuser: threading.Thread | None = None
         #: What pane focus did when this turn took the floor (vocal.floor.focus.FocusResult).
-        self.focus: Any = None
+        self.focus: FocusResult | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
     def __enter__(self) -> Turn:
@@ -397,7 +403,7 @@ class Turn:
     # -- the control handler (runs on the socket's threads) ----------------------------------
     def _handle(self, cmd: str, request: dict) -> dict:
         now = time.monotonic
-        reply: dict[str, Any] = {}
+        reply: dict[str, object] = {}
         with self._output_lock:
             output = self._output
             # Events go in before the output stops: the play loop, seeing the output done,
@@ -440,11 +446,11 @@ class Turn:
         reply.update(self.status())
         return reply
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, object]:
         """What `vocal control status` shows."""
         output = self._output
         current = self._current
-        info: dict[str, Any] = {
+        info: dict[str, object] = {
             "state": self.phase.value,
             "pid": os.getpid(),
             "kind": self.kind,
@@ -502,7 +508,7 @@ def _warm_audio() -> None:
         sounddevice()
 
 
-def _raise_interrupted(signum: int, _frame: Any) -> None:
+def _raise_interrupted(signum: int, _frame: FrameType | None) -> None:
     raise Interrupted(f"terminated by {signal.Signals(signum).name}")
 
 

@@ -111,9 +111,8 @@ class EndOfTurnOptions:
 #: pronouns and fillers ("I think we should | refactor the parser"). Words that end real
 #: sentences often enough are left to the audio: auxiliaries ("than he was."), object
 #: pronouns, "more" ("no more."), particles ("give up."). A wrong "unfinished" costs the person
-#: a wait of max_pause_ms ("Yes, I will." waits); a wrong "complete" cuts them off. Checked on
-#: the corpus's tuning split (benchmarks/turns --parts tune): "was" and "be" ended finished
-#: sentences there, and were taken out.
+#: a wait of max_pause_ms ("Yes, I will." waits); a wrong "complete" cuts them off (checked
+#: on the corpus's tuning split: docs/design.md).
 UNFINISHED_WORDS = frozenset(
     """
     a an the my your our their every each either neither several

@@ -20,9 +20,10 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from types import FrameType
+from typing import Protocol
 
 import numpy as np
 
@@ -139,7 +140,7 @@ class ListenResult:
     transcript: Transcript | None = None
     overflows: int = 0
     #: The end-of-turn stage's verdict on every pause (None: the stage was off).
-    turn: dict[str, Any] | None = None
+    turn: dict[str, object] | None = None
     #: The engine that made the transcript (None: nothing was transcribed); with a remote
     #: engine's local fallback (vocal.stt.fallback), the local one, and why the remote failed.
     stt_engine: str | None = None
@@ -148,7 +149,7 @@ class ListenResult:
     #: the text was the prompt, and the names respelled.
     hints: dict[str, object] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """What `vocal listen --json` prints."""
         return {
             "text": self.text,
@@ -168,7 +169,7 @@ class ListenResult:
         }
 
 
-def _rounded(values: dict[str, Any]) -> dict[str, Any]:
+def _rounded(values: Mapping[str, float | bool | None]) -> dict[str, float | bool | None]:
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in values.items()}
 
 
@@ -199,7 +200,7 @@ def ctrl_c_ends(stop: threading.Event) -> Iterator[threading.Event]:
         yield stop
         return
 
-    def handler(signum: int, frame: Any) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()

@@ -21,12 +21,17 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vocal.errors import Interrupted, UsageError
 
 if TYPE_CHECKING:
-    from vocal.hearing.listening import ListenOptions, ListenResult
+    from types import FrameType
+
+    from vocal.hearing.listening import BlockHook, ListenOptions, ListenResult
+
+    #: What `signal.signal` returns: a handler, SIG_DFL or SIG_IGN, or None (not set from Python).
+    SignalHandler = Callable[[int, FrameType | None], object] | int | None
 
 #: The controlling terminal, whatever stdin/stdout are.
 TTY_PATH = "/dev/tty"
@@ -96,7 +101,7 @@ class PushToTalk:
         self._saved: list | None = None
         self._wake_r, self._wake_w = -1, -1
         self._thread: threading.Thread | None = None
-        self._old_handlers: dict[int, Any] = {}
+        self._old_handlers: dict[int, SignalHandler] = {}
 
     @property
     def pressed(self) -> bool:
@@ -169,7 +174,7 @@ class PushToTalk:
             signal.signal(signum, handler)
         self._old_handlers.clear()
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         """Give the terminal back at once, then end as the signal would have: through the
         previous handler (a turn's releases the floor; Ctrl-C's raises KeyboardInterrupt) or,
         with none, by the signal itself, so the parent sees it (a shell says 128 + signum)."""
@@ -210,11 +215,11 @@ class PushToTalk:
             return dataclasses.replace(result, end_reason="key")
         return result
 
-    def watching(self, on_block: Callable[..., Any] | None) -> Callable[..., None]:
+    def watching(self, on_block: Callable[..., object] | None) -> Callable[..., None]:
         """A `listen(on_block=...)` hook: raises `Interrupted` (exit 130) once Esc was pressed,
         else calls `on_block` (a level meter, the turn's checks)."""
 
-        def hook(*args: Any) -> None:
+        def hook(*args: object) -> None:
             if self.cancelled.is_set():
                 raise Interrupted("cancelled with Esc")
             if on_block is not None:
@@ -243,7 +248,7 @@ class PushToTalk:
 class _NoKeys:
     """`keys_for`'s stand-in when push-to-talk is off: the hook and result pass unchanged."""
 
-    def watching(self, on_block: Callable[..., Any]) -> Callable[..., Any]:
+    def watching(self, on_block: BlockHook | None) -> BlockHook | None:
         return on_block
 
     def ended(self, result: ListenResult) -> ListenResult:

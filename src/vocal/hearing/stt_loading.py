@@ -9,18 +9,34 @@ import contextlib
 import dataclasses
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from vocal.config import Settings
 from vocal.stt import SttEngine, load_stt
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from vocal.stt.hints import Hints
 
 
-def stt_loader(settings: Any, *, beside_playback: bool = False) -> SttLoader:
+class LocalOptions(TypedDict, total=False):
+    """What a local engine takes from the settings (`local_options`)."""
+
+    language: str
+    beam_size: int
+
+
+class FallbackSpec(TypedDict):
+    """The local engine `FallbackStt` (vocal.stt.fallback) loads when the remote one fails."""
+
+    local: str
+    local_model: str
+    #: `local_options`, and the turn's vocabulary hints once gathered.
+    local_options: Mapping[str, object]
+
+
+def stt_loader(settings: Settings, *, beside_playback: bool = False) -> SttLoader:
     """Start loading the configured speech recognizer (`SttLoader`) with its settings; in a
     child process (vocal.hearing.stt_process) for a turn that plays audio meanwhile
     (`beside_playback`), unless the `stt_process` setting is off or the engine is remote.
@@ -63,7 +79,7 @@ def stt_loader(settings: Any, *, beside_playback: bool = False) -> SttLoader:
     )
 
 
-def hints_source(settings: Any) -> Callable[[], Hints | None] | None:
+def hints_source(settings: Settings) -> Callable[[], Hints | None] | None:
     """What gathers the turn's vocabulary hints (None: no hints asked for); a hints file is
     read now, so that a bad one is a `UsageError` before the turn starts."""
     from vocal.stt.hints import read_hints, resolve_hints
@@ -82,15 +98,15 @@ def hints_source(settings: Any) -> Callable[[], Hints | None] | None:
     return gather
 
 
-def local_options(settings: Any, name: str) -> dict[str, Any]:
+def local_options(settings: Settings, name: str) -> LocalOptions:
     """The options a local engine `name` takes from the settings."""
-    options: dict[str, Any] = {"language": settings.language}
+    options: LocalOptions = {"language": settings.language}
     if name == "faster-whisper":
         options["beam_size"] = settings.stt_beam_size
     return options
 
 
-def remote_options(settings: Any) -> dict[str, Any]:
+def remote_options(settings: Settings) -> dict[str, object]:
     """The remote engine's options (vocal.stt.openai) from the settings: its base URL falls
     back to `openai_base_url`, the one the OpenAI speech engine uses."""
     return {
@@ -101,7 +117,7 @@ def remote_options(settings: Any) -> dict[str, Any]:
     }
 
 
-def fallback_spec(settings: Any) -> dict[str, Any] | None:
+def fallback_spec(settings: Settings) -> FallbackSpec | None:
     """What `FallbackStt` (vocal.stt.fallback) loads when the remote engine fails: the local
     engine `stt_fallback` names ("local"/"auto": the platform's own) with `stt_model`; None
     when the setting is unset."""
@@ -140,9 +156,9 @@ class SttLoader:
         model: str = Settings.stt_model,
         *,
         warm_up: bool = Settings.stt_warm_up,
-        fallback: dict[str, Any] | None = None,
+        fallback: FallbackSpec | None = None,
         hints: Callable[[], Hints | None] | None = None,
-        **options: Any,
+        **options: object,
     ) -> None:
         self.name, self.model, self.options = name, model, options
         self.warm_up = warm_up

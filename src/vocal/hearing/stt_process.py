@@ -26,13 +26,24 @@ import json
 import subprocess
 import sys
 import threading
-from typing import IO, TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import IO, TYPE_CHECKING, Any, TypedDict
 
 from vocal.errors import EngineError, error_from_reply
 
 if TYPE_CHECKING:
     from vocal.audio.wav import Audio
     from vocal.stt import Transcript
+
+
+class ChildConfig(TypedDict):
+    """What the child is started with (its one argument, as JSON): the engine to load."""
+
+    name: str
+    model: str
+    warm_up: bool
+    options: dict[str, object]
+
 
 #: How long closing waits for the child to end before killing it.
 CLOSE_WAIT_S = 2.0
@@ -87,11 +98,11 @@ class ProcessStt:
             self.process.wait()
 
 
-def spawn(name: str, model: str, *, warm_up: bool, options: dict[str, Any]) -> ProcessStt:
+def spawn(name: str, model: str, *, warm_up: bool, options: dict[str, object]) -> ProcessStt:
     """Start the child for engine `name` with `model` and wait until it has loaded (and warmed
     up): its `ProcessStt`, or raises the error it reported (an EngineError with its exit
     code)."""
-    config = {"name": name, "model": model, "warm_up": warm_up, "options": options}
+    config: ChildConfig = {"name": name, "model": model, "warm_up": warm_up, "options": options}
     process = subprocess.Popen(
         [sys.executable, "-m", "vocal.hearing.stt_process", json.dumps(config)],
         stdin=subprocess.PIPE,
@@ -124,7 +135,7 @@ def _read_exactly(stream: IO[bytes], size: int) -> bytes | None:
     return data
 
 
-def _send(stream: IO[bytes], message: dict[str, Any]) -> None:
+def _send(stream: IO[bytes], message: Mapping[str, object]) -> None:
     stream.write(json.dumps(message).encode() + b"\n")
     stream.flush()
 
@@ -139,7 +150,7 @@ def _failure(exc: Exception, doing: str) -> dict[str, Any]:
     return {"message": f"{doing} failed: {exc}", "exit_code": EngineError.exit_code}
 
 
-def serve(config: dict[str, Any], requests: IO[bytes], replies: IO[bytes]) -> None:
+def serve(config: ChildConfig, requests: IO[bytes], replies: IO[bytes]) -> None:
     """The child's work: load the engine `config` names, then transcribe each request."""
     import numpy as np
 

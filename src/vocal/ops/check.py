@@ -6,8 +6,8 @@ runs them both import it, not each other.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
 
 OK, WARN, FAIL, SKIP = "ok", "warn", "fail", "skip"
 STATUSES = (OK, WARN, FAIL, SKIP)
@@ -24,9 +24,9 @@ class Check:
     detail: str
     fix: str | None = None
     #: Figures behind the line, for `--json` (left out when None).
-    data: dict[str, Any] | None = None
+    data: Mapping[str, object] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         out = asdict(self)
         if self.data is None:
             del out["data"]

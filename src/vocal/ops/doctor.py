@@ -24,17 +24,17 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vocal.audio.endpoints import pactl_info, pulse_endpoints
 from vocal.errors import VocalError, debug_wanted
 from vocal.ops.check import FAIL, OK, SKIP, STATUSES, WARN, Check
-from vocal.ops.engine_probe import EngineProbe
+from vocal.ops.engine_probe import EngineProbe, ProbeResult
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from vocal.audio.devices import DeviceInfo
+    from vocal.audio.devices import DeviceInfo, Microphone
     from vocal.config import Settings
 
 #: How long the microphone check records: enough blocks (32 ms each) to see any signal.
@@ -109,7 +109,7 @@ def run_checks(options: DoctorOptions = DoctorOptions()) -> list[Check]:
     return checks
 
 
-def guarded(name: str, check: Callable[..., Check], *args: Any) -> Check:
+def guarded(name: str, check: Callable[..., Check], *args: object) -> Check:
     """`check(*args)`, or a `fail` line called `name` when it raises what it did not expect:
     one broken check must not take the rest of the report with it. VOCAL_DEBUG=1 lets the
     exception through, for its traceback."""
@@ -242,7 +242,7 @@ def check_microphone(settings: Settings, device: DeviceInfo | None, listen_s: fl
     return Check("microphone", OK, level)
 
 
-def record_s(mic: Any, seconds: float) -> list[float]:
+def record_s(mic: Microphone, seconds: float) -> list[float]:
     """Samples from `mic` for `seconds` (a list: no numpy needed for a level)."""
     import array
 
@@ -370,7 +370,7 @@ def check_conch(settings: Settings) -> Check:
 
 
 def check_engines(
-    stt_engine: str, stt_result: dict[str, Any], tts_engine: str, tts_result: dict[str, Any]
+    stt_engine: str, stt_result: ProbeResult, tts_engine: str, tts_result: ProbeResult
 ) -> list[Check]:
     """The configured speech recognition engine imports and the configured synthesis engine
     loads; espeak-ng, the fallback voice, is on PATH."""
@@ -400,7 +400,7 @@ def check_engines(
     return checks
 
 
-def _engine_check(engine: str, result: dict[str, Any], failure: str, ok: str, fix: str) -> Check:
+def _engine_check(engine: str, result: ProbeResult, failure: str, ok: str, fix: str) -> Check:
     """One engine's line from its probe's result; the engine's own hint is the fix if it gave
     one."""
     if result.get("import_error"):
@@ -409,7 +409,7 @@ def _engine_check(engine: str, result: dict[str, Any], failure: str, ok: str, fi
     return Check(f"engine {engine}", OK, f"{ok} in {result['import_s']:.2f} s")
 
 
-def check_models(model: str, stt_engine: str, result: dict[str, Any]) -> list[Check]:
+def check_models(model: str, stt_engine: str, result: ProbeResult) -> list[Check]:
     """The embedded tiny.en, and the configured Whisper model, are on disk."""
     from vocal.stt.models import EMBEDDED_MODEL, embedded_model_path
 
@@ -423,14 +423,15 @@ def check_models(model: str, stt_engine: str, result: dict[str, Any]) -> list[Ch
     if model == EMBEDDED_MODEL and embedded:
         return checks
     name = f"model {model} (configured)"
-    if result.get("model_error"):
+    model_error, model_dir = result.get("model_error"), result.get("model_dir")
+    if model_error:
         fix = (
             "`vocal setup --model NAME` fetches a model; or set stt_model (config.toml, "
             "VOCAL_STT_MODEL) to an existing model directory or to tiny.en"
         )
-        checks.append(Check(name, FAIL, result["model_error"], fix=fix))
-    elif result.get("model_dir"):
-        checks.append(Check(name, OK, result["model_dir"]))
+        checks.append(Check(name, FAIL, model_error, fix=fix))
+    elif model_dir:
+        checks.append(Check(name, OK, model_dir))
     elif result.get("import_error"):
         checks.append(Check(name, SKIP, f"not checked: the {stt_engine} engine did not import"))
     else:

@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import TypedDict
 
 from vocal.errors import VocalError
 
@@ -27,6 +27,17 @@ STT_MODULES: dict[str, str] = {
     "mlx-whisper": "mlx_whisper",
     "openai": "vocal.stt.openai",  # remote: the standard library only
 }
+
+
+class ProbeResult(TypedDict, total=False):
+    """What a probe found: the import's error (None: it imported) and the engine's hint, how
+    long the import took, and for faster-whisper the model's directory or why it is missing."""
+
+    import_error: str | None
+    hint: str | None
+    import_s: float
+    model_dir: str | None
+    model_error: str | None
 
 
 class EngineProbe:
@@ -48,7 +59,7 @@ class EngineProbe:
             text=True,
         )
 
-    def result(self) -> dict[str, Any]:
+    def result(self) -> ProbeResult:
         """{"import_error": str | None, "hint": str | None, "import_s": float,
         "model_dir": str | None, "model_error": str | None}."""
         try:
@@ -70,7 +81,7 @@ def probe_main(args: list[str]) -> None:
     from vocal.hub import first_line
 
     kind, engine, model = args[0], args[1], (args[2] if len(args) > 2 else None)
-    report: dict[str, Any] = {
+    report: ProbeResult = {
         "import_error": None,
         "hint": None,
         "model_dir": None,
@@ -113,4 +124,4 @@ def _build_tts(engine: str) -> None:
     load_tts(engine, settings=settings)
 
 
-__all__ = ["EngineProbe", "STT_MODULES", "probe_main"]
+__all__ = ["EngineProbe", "ProbeResult", "STT_MODULES", "probe_main"]

@@ -17,9 +17,10 @@ import dataclasses
 import json
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vocal.config import parse_config, read_config_file
 from vocal.errors import NoSpeechError, UsageError
@@ -43,7 +44,7 @@ class SetupChoices:
     voice: str | None = None
     fetch_engines: tuple[str, ...] = ()
 
-    def settings_flags(self) -> dict[str, Any]:
+    def settings_flags(self) -> dict[str, str]:
         """The choices as `load_settings` flags (and config.toml keys)."""
         chosen = {"stt_model": self.stt_model, "tts_engine": self.tts_engine, "voice": self.voice}
         return {key: value for key, value in chosen.items() if value is not None}
@@ -54,12 +55,12 @@ class SetupResult:
     """What `vocal setup` did, for --json."""
 
     fetched: list[str] = field(default_factory=list)
-    proof: dict[str, Any] | None = None
+    proof: dict[str, object] | None = None
     heard: str | None = None
-    written: dict[str, Any] = field(default_factory=dict)
+    written: dict[str, str] = field(default_factory=dict)
     config_path: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "fetched": self.fetched,
             "heard": self.heard,
@@ -120,7 +121,7 @@ def prove(choices: SetupChoices, settings: Settings) -> ConverseResult:
     return result
 
 
-def toml_value(value: Any) -> str:
+def toml_value(value: object) -> str:
     """A TOML literal for a setting's value (JSON strings are valid TOML basic strings)."""
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -134,7 +135,7 @@ def toml_value(value: Any) -> str:
 _SETTING_LINE = re.compile(r"^(?P<key>\s*[A-Za-z0-9_]+\s*=).*?(?P<comment>\s+#[^\"']*)?$")
 
 
-def write_config(path: Path, values: dict[str, Any]) -> None:
+def write_config(path: Path, values: Mapping[str, object]) -> None:
     """Set `values` in config.toml, keeping every other line and each changed line's comment;
     atomically, and through a symlink to its target (vocal.files.atomic).
 

@@ -34,9 +34,10 @@ import re
 import shutil
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from vocal.errors import UsageError
 from vocal.floor.statedir import (
@@ -51,6 +52,7 @@ from vocal.floor.statefiles import HOST, pid_alive, process_start, read_json
 
 if TYPE_CHECKING:
     from vocal.config import Settings
+    from vocal.floor.control import Endpoint
 
 #: vocal's entries of the state directory kept without --all (settings and the user's own).
 KEPT_NAMES = ("voices", "config.toml", "gates.json", "piper", "soundfonts", STATE_MARKER_NAME)
@@ -67,21 +69,58 @@ _TTS_CACHE_FILE = re.compile(
 _HOME_HINT = "set VOCAL_HOME to vocal's own state directory (default ~/.vocal)"
 
 
+class ProcessEntry(TypedDict):
+    """A vocal process teardown stopped or left running, as `--json` shows it."""
+
+    pid: int
+    #: "control" (asked on its control socket) or "conch" (the floor's holder, signalled).
+    how: str
+    kind: str | None
+
+
+class ProcessOutcome(ProcessEntry, total=False):
+    """A process after a real (not dry) run: whether it exited, or why it was not stopped."""
+
+    exited: bool
+    why: str
+
+
+class RunningProcess(ProcessEntry):
+    """A vocal process holding state, found by `running`."""
+
+    endpoint: Endpoint | None
+    #: May be signalled: verifiably the process its record names (see `verified`).
+    verified: bool
+
+
+class TeardownDict(TypedDict):
+    """`TeardownReport.to_dict`: what `vocal teardown --json` prints."""
+
+    dry_run: bool
+    stopped: list[ProcessOutcome]
+    removed: list[str]
+    kept: list[str]
+    hooks: list[Mapping[str, object]]
+    left: list[str]
+    not_stopped: list[ProcessOutcome]
+
+
 @dataclass
 class TeardownReport:
     """What teardown stopped, removed and kept (or would, with `dry_run`)."""
 
     dry_run: bool
-    stopped: list[dict[str, Any]] = field(default_factory=list)
+    stopped: list[ProcessOutcome] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
-    hooks: list[dict[str, Any]] = field(default_factory=list)
+    #: Per settings file: vocal.agents.hooks' report, or {"scope", "error"} when unreadable.
+    hooks: list[Mapping[str, object]] = field(default_factory=list)
     #: Files of someone else's in the state directory, left where they are.
     left: list[str] = field(default_factory=list)
     #: Recorded processes not signalled because they could not be verified as vocal's.
-    not_stopped: list[dict[str, Any]] = field(default_factory=list)
+    not_stopped: list[ProcessOutcome] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TeardownDict:
         return {
             "dry_run": self.dry_run,
             "stopped": self.stopped,
@@ -237,7 +276,7 @@ def _prune(directories: list[Path]) -> list[Path]:
 
 
 # -- what runs ------------------------------------------------------------------------------------
-def verified(record: dict[str, Any]) -> bool:
+def verified(record: Mapping[str, object]) -> bool:
     """Whether the process a state record names is verifiably still that process: same host,
     and its recorded start time matches the live one (without `pid_start` it cannot be told)."""
     pid, start = record.get("pid"), record.get("pid_start")
@@ -248,12 +287,12 @@ def verified(record: dict[str, Any]) -> bool:
     return process_start(pid) == start and pid_alive(pid, start)
 
 
-def running(settings: Settings) -> list[dict[str, Any]]:
+def running(settings: Settings) -> list[RunningProcess]:
     """vocal processes holding state: control sockets (speak, converse, ...) and the conch
     holder. `verified` says whether each may be signalled (see `verified`)."""
     from vocal.floor.control import endpoints
 
-    found = [
+    found: list[RunningProcess] = [
         {
             "pid": e.pid,
             "how": "control",
@@ -273,7 +312,7 @@ def running(settings: Settings) -> list[dict[str, Any]]:
     return found
 
 
-def _stop_one(proc: dict[str, Any]) -> bool:
+def _stop_one(proc: RunningProcess) -> bool:
     """Ask one process to stop; True if it was asked (or signalled)."""
     from vocal.floor.control import send_command
 
@@ -292,24 +331,24 @@ def _stop_one(proc: dict[str, Any]) -> bool:
 
 def stop_running(
     settings: Settings, wait_s: float = STOP_WAIT_S
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[ProcessOutcome], list[ProcessOutcome]]:
     """Stop every running vocal process that holds state; wait up to `wait_s` for them.
 
     Returns (stopped, not stopped): a process that did not answer its control socket and
     cannot be verified as the recorded one is never signalled.
     """
-    asked: list[dict[str, Any]] = []
-    refused: list[dict[str, Any]] = []
+    asked: list[RunningProcess] = []
+    refused: list[RunningProcess] = []
     for proc in running(settings):
         (asked if _stop_one(proc) else refused).append(proc)
     deadline = time.monotonic() + wait_s
     while any(pid_alive(p["pid"]) for p in asked) and time.monotonic() < deadline:
         time.sleep(0.05)
-    stopped = [
+    stopped: list[ProcessOutcome] = [
         {"pid": p["pid"], "how": p["how"], "kind": p["kind"], "exited": not pid_alive(p["pid"])}
         for p in asked
     ]
-    not_stopped = [
+    not_stopped: list[ProcessOutcome] = [
         {
             "pid": p["pid"],
             "how": p["how"],
@@ -366,7 +405,7 @@ def teardown(
     report = TeardownReport(dry_run)
     if dry_run:
         for proc in running(settings):
-            entry = {"pid": proc["pid"], "how": proc["how"], "kind": proc["kind"]}
+            entry: ProcessOutcome = {"pid": proc["pid"], "how": proc["how"], "kind": proc["kind"]}
             asked = proc["verified"] or proc["endpoint"] is not None
             (report.stopped if asked else report.not_stopped).append(entry)
     else:

@@ -16,12 +16,20 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 if TYPE_CHECKING:
     from vocal.config import Settings
 
 WARM_TEXT = "Ready."
+
+
+class WarmStepDict(TypedDict):
+    """`WarmStep.to_dict`: one step of `vocal warmup --json`."""
+
+    name: str
+    ms: float
+    error: str | None
 
 
 @dataclass
@@ -32,7 +40,7 @@ class WarmStep:
     ms: float
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> WarmStepDict:
         return {"name": self.name, "ms": round(self.ms, 1), "error": self.error}
 
 

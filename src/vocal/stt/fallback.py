@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from vocal.errors import EngineError
 from vocal.stt import SttEngine, Transcript, load_stt
@@ -42,11 +43,11 @@ class FallbackStt:
         self,
         name: str,
         model: str,
-        options: dict[str, Any],
+        options: dict[str, object],
         *,
         local: str,
         local_model: str,
-        local_options: dict[str, Any],
+        local_options: Mapping[str, object],
     ) -> None:
         self.name = name
         self.local_spec = (local, local_model, local_options)

@@ -1,37 +1,25 @@
 """The faster-whisper engine: Whisper on CTranslate2, int8, beam 5, on the CPU.
 
-Settings measured for short turns on 2 cores: int8 weights; beam 5, chosen on real human speech
-(benchmarks/decode, issue 16: corpus WER 0.092 against 0.105 for beam 1, for 0.23 s against
-0.19 s median per utterance, 5 runs; beam 1 had been chosen on espeak phrases, where it also lost:
-0.31 against 0.15);
-`without_timestamps` and no conditioning on previous text, since a turn is one short
-utterance; no VAD filter, since vocal endpointed the audio already. Loaded models are kept per
-process (`_MODELS`): the model is loaded once however many turns a process transcribes.
+Chosen for short turns on a few cores (docs/design.md has the measurements): int8 weights;
+beam 5, chosen on real human speech; `without_timestamps` and no conditioning on previous
+text, since a turn is one short utterance; no VAD filter, since vocal endpointed the audio
+already. Loaded models are kept per process (`_MODELS`).
 
 A shorter encoder window for short turns: faster-whisper pads every clip to Whisper's 30 s
-window, and the encoder's cost on those 3000 frames is most of a short turn's transcription
-(measured here on tiny.en int8: encode 1.1 s for 3000 frames, 0.15-0.2 s for 1000, decoding
-0.1-0.3 s). CTranslate2's encoder takes fewer frames, so an utterance of up to
-`SHORT_WINDOW_MAX_S` is encoded in a window of its own length plus a second, at least
-`SHORT_WINDOW_MIN_S` (as whisper.cpp's `audio_ctx` does). Below ~8 s Whisper starts to loop on
-one-word clips ("Stop." came out as 223 words with a 5 s window; none did at 8 s or more on
-11 test phrases, which were otherwise transcribed word for word as with 30 s). A decode that
-looks like a loop (compression ratio over 2.4, or as many tokens as the cap allows) is
-decoded again with a repetition penalty (below), and if that too looks like a loop the clip is
-transcribed again the usual way, with the 30 s window.
+window, and encoding those 3000 frames is most of a short turn's cost. CTranslate2's encoder
+takes fewer frames, so an utterance of up to `SHORT_WINDOW_MAX_S` is encoded in a window of
+its own length plus a second, at least `SHORT_WINDOW_MIN_S` (as whisper.cpp's `audio_ctx`
+does): shorter still, Whisper loops on one-word clips.
 
-A decode that says a phrase twice (vocal.stt.repeats: "Run the tests. Run the tests."; issue
-36) passes that check. It is decoded again from the same encoded audio with a repetition
-penalty (`RETRY_REPETITION_PENALTY`), which costs one more decode and no encoding (the 30 s
-window costs a 30 s encoding, about 1 s more here); on the loops found on spoken commands the
-retry gave the words said, where blocking repeated n-grams reworded them and greedy decoding
-looped again (benchmarks/decode, RESULTS). A retry that still repeats a phrase of three words
-or more is cut to one copy; a two-word phrase that the retry still repeats is kept as said
-(vocal.stt.repeats.mend). A retry or a cut is in the segment (`repaired`, and what was
-`heard`). Every decode is capped in proportion to the
-audio's length (`token_cap`), the 30 s window's too, so a loop cannot run long. Nothing here
-samples: the same audio gives the same words, so an early transcript and the final one of the
-same utterance agree.
+Loops and repeats: a decode that looks like a loop (compression ratio over 2.4, or as many
+tokens as the cap allows) or says a phrase twice (vocal.stt.repeats: "Run the tests. Run the
+tests."; issue 36) is decoded again from the same encoded audio with a repetition penalty
+(`RETRY_REPETITION_PENALTY`: one more decode, no encoding). A loop the retry keeps goes to the
+30 s window; a phrase of three words or more the retry still repeats is cut to one copy, a
+two-word one kept as said (vocal.stt.repeats.mend). The segment records a retry or a cut
+(`repaired`, and what was `heard`). Every decode is capped in proportion to the audio's length
+(`token_cap`), so a loop cannot run long. Nothing samples: the same audio gives the same
+words, so an early transcript and the final one of the same utterance agree.
 """
 
 from __future__ import annotations

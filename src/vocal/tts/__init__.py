@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from vocal.config import Settings
 from vocal.errors import EngineError, UsageError
@@ -72,7 +72,7 @@ class TtsEngine:
     if TYPE_CHECKING:
         # The constructor every engine defines (ENGINES' contract, `load_tts` calls it); stated
         # for the type checker only, as the base has no state of its own to set up.
-        def __init__(self, voice: str | None = None, **options: Any) -> None: ...
+        def __init__(self, voice: str | None = None, **options: object) -> None: ...
 
     def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:
         """Mono float32 samples at `sample_rate` for one sentence."""
@@ -89,7 +89,7 @@ class TtsEngine:
         return not self.multilingual
 
     @classmethod
-    def voice_names(cls, **options: Any) -> list[str]:
+    def voice_names(cls, *, settings: Settings | None = None, **options: object) -> list[str]:
         """The engine's built-in voices, default first ([] when they cannot be listed)."""
         return []
 
@@ -97,7 +97,7 @@ class TtsEngine:
         """Release what the engine holds; called once the last sentence is synthesized."""
 
 
-def tts_cache_dir(settings: Any) -> Path:
+def tts_cache_dir(settings: Settings) -> Path:
     """Where engines keep derived files: `settings.tts_cache_dir` or <cache_dir>/tts."""
     return Path(settings.tts_cache_dir) if settings.tts_cache_dir else settings.cache_dir / "tts"
 
@@ -124,16 +124,16 @@ def engine_class(name: str) -> type[TtsEngine]:
     return getattr(module, class_name)
 
 
-def voice_names(name: str, **options: Any) -> list[str]:
+def voice_names(name: str, *, settings: Settings | None = None) -> list[str]:
     """Built-in voices of engine `name` ([] when the engine is missing)."""
     try:
-        return engine_class(name).voice_names(**options)
+        return engine_class(name).voice_names(settings=settings)
     except EngineError:
         return []
 
 
 def load_tts(
-    name: str = Settings.tts_engine, voice: str | None = None, **options: Any
+    name: str = Settings.tts_engine, voice: str | None = None, **options: object
 ) -> TtsEngine:
     """Import and construct engine `name` for `voice` (None: the engine's default voice)."""
     return engine_class(name)(voice=voice, **options)

@@ -9,10 +9,38 @@ upgraded runtime writes a new one.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from vocal.floor.statedir import make_private_dirs, record_made
+
+if TYPE_CHECKING:
+    import numpy as np
+
+
+class OrtNode(Protocol):
+    """One input or output of an onnxruntime graph, as the engines read it."""
+
+    name: str
+    #: The element type, e.g. "tensor(float)".
+    type: str
+    #: Each dimension's size, or its symbolic name (a str) when the graph leaves it open.
+    shape: Sequence[int | str | None]
+
+
+class OrtSession(Protocol):
+    """The part of `onnxruntime.InferenceSession` the engines use (onnxruntime ships no types)."""
+
+    def run(
+        self, output_names: Sequence[str] | None, input_feed: Mapping[str, np.ndarray]
+    ) -> list[np.ndarray]: ...
+
+    def get_inputs(self) -> list[OrtNode]: ...
+
+    def get_outputs(self) -> list[OrtNode]: ...
+
+    def get_providers(self) -> list[str]: ...
 
 
 def file_stamp(path: Path) -> str:
@@ -26,12 +54,12 @@ def cached_model_path(model: Path, cache_dir: Path, ort_version: str) -> Path:
     return Path(cache_dir) / f"{model.stem}-{file_stamp(model)}-ort{ort_version}.ort"
 
 
-def cached_session(model: Path, cache_dir: Path | None, *, threads: int = 1) -> Any:
+def cached_session(model: Path, cache_dir: Path | None, *, threads: int = 1) -> OrtSession:
     """An onnxruntime CPU session for `model`, from its optimized ORT-format copy in `cache_dir`
     when there is one (written by the first load). `cache_dir=None` never caches."""
     import onnxruntime as ort
 
-    def options(optimize: bool) -> Any:
+    def options(optimize: bool) -> ort.SessionOptions:
         so = ort.SessionOptions()
         so.intra_op_num_threads = so.inter_op_num_threads = threads
         so.log_severity_level = 3

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -85,8 +86,8 @@ class ChatterboxEngine(TtsEngine):
         *,
         settings: Settings | None = None,
         exaggeration: float = DEFAULT_EXAGGERATION,
-        report: Any = None,
-        **_options: Any,  # options meant for other engines (load_tts passes one set to all)
+        report: Callable[[str], None] | None = None,
+        **_options: object,  # options meant for other engines (load_tts passes one set to all)
     ) -> None:
         from vocal.config import load_settings
 
@@ -115,7 +116,6 @@ class ChatterboxEngine(TtsEngine):
             rungs = parse_ladder(self.settings.chatterbox_providers)
         else:
             rungs = default_ladder(available)
-        ladder_options: dict[str, Any] = {} if report is None else {"report": report}
         from vocal.floor.statedir import make_private_dirs
 
         self.ladder = ProviderLadder(
@@ -124,8 +124,9 @@ class ChatterboxEngine(TtsEngine):
             self.settings.home / "providers",
             available=available,
             make_dir=make_private_dirs,
-            **ladder_options,
         )
+        if report is not None:  # else the ladder's own default (stderr)
+            self.ladder.report = report
         self._conditioning: Conditioning | None = None
         self._unsaved = False
         #: "cache" or "encoded" once the voice's conditioning is loaded.
@@ -154,12 +155,12 @@ class ChatterboxEngine(TtsEngine):
         return voice, store.get(voice).reference()
 
     @classmethod
-    def voice_names(cls, **options: Any) -> list[str]:
+    def voice_names(cls, *, settings: Settings | None = None, **_options: object) -> list[str]:
         """The stored voices (the engine speaks any of them)."""
         from vocal.config import load_settings
         from vocal.tts.voices import VoiceStore
 
-        settings = options.get("settings") or load_settings()
+        settings = settings or load_settings()
         return [v.name for v in VoiceStore.from_settings(settings).voices() if v.problem is None]
 
     @property
@@ -250,7 +251,7 @@ class ChatterboxEngine(TtsEngine):
         input_name = sessions.encoder.get_inputs()[0].name
         outputs = sessions.encoder.run(None, {input_name: audio_values})
         named = dict(zip((o.name for o in sessions.encoder.get_outputs()), outputs, strict=True))
-        ordered = [named.get(name) for name in Conditioning.FIELDS]
+        ordered: Sequence[np.ndarray | None] = [named.get(name) for name in Conditioning.FIELDS]
         if any(value is None for value in ordered):
             ordered = outputs[:4]  # an export that names its outputs differently: same order
         features, tokens, embeddings, speaker_features = ordered

@@ -11,12 +11,14 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
 from vocal.floor.statedir import make_private_dirs
 from vocal.providers import ProviderFailure
+from vocal.tts._onnx import OrtSession
 from vocal.tts.chatterbox_weights import ChatterboxWeights
 from vocal.tts.clips import CLONE_SAMPLE_RATE
 
@@ -166,24 +168,24 @@ class Sessions:
 
     provider: str
     weights: ChatterboxWeights
-    options: Any
-    embed: Any
-    language_model: Any
-    decoder: Any
-    encoder: Any = None
+    options: object  # the ort.SessionOptions every graph is opened with
+    embed: OrtSession
+    language_model: OrtSession
+    decoder: OrtSession
+    encoder: OrtSession | None = None
     embed_inputs: frozenset[str] = frozenset()
     past_names: tuple[str, ...] = ()
     present_names: tuple[str, ...] = ()
     kv_shape: tuple[int, int] = (16, 64)
-    kv_dtype: Any = np.float32
-    embeds_dtype: Any = np.float32
+    kv_dtype: npt.DTypeLike = np.float32
+    embeds_dtype: npt.DTypeLike = np.float32
     lm_position_ids: bool = False
 
 
 ORT_FLOAT = {"tensor(float16)": np.float16, "tensor(float)": np.float32}
 
 
-def open_session(path: Path, provider: str, options: Any) -> Any:
+def open_session(path: Path, provider: str, options: object) -> OrtSession:
     import onnxruntime as ort
 
     providers = (

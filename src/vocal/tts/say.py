@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from vocal.errors import EngineError
 from vocal.tts import INSTALL_HINTS, TtsEngine, unknown_voice
@@ -59,7 +59,7 @@ class SayEngine(TtsEngine):
     multilingual: ClassVar[bool] = True
     sample_rate = 22_050
 
-    def __init__(self, voice: str | None = None, **_options: Any) -> None:
+    def __init__(self, voice: str | None = None, **_options: object) -> None:
         self._binary = _binary()
         if voice is not None:
             known = list_voices()
@@ -68,7 +68,7 @@ class SayEngine(TtsEngine):
         self.voice = voice
 
     @classmethod
-    def voice_names(cls, **_options: Any) -> list[str]:
+    def voice_names(cls, **_options: object) -> list[str]:
         try:
             return list_voices()
         except EngineError:

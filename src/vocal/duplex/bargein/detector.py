@@ -63,64 +63,34 @@ class FarEndActivity(Protocol):
 
 @dataclass(frozen=True)
 class BargeInOptions:
-    """Thresholds and windows of the barge-in detector.
+    """Thresholds and windows of the barge-in detector. Each value's measurement is in
+    docs/design.md ("Measured facts behind the constants") and benchmarks/RESULTS.md.
 
-    Defaults, from benchmarks/aec and benchmarks/converse on the room harness
-    (benchmarks/RESULTS.md, "echo cancellation and barge-in"): 3 chunks of Silero >= 0.5 (96 ms;
-    the first release saw 3-5 chunks fire 0.25-0.29 s after the person starts; 2 chunks alone
-    added false barge-ins), but 2 while the canceller is known to take >= 30 dB out of the echo
-    (`fast_chunks`): where echo made speech-like runs after convergence, AEC3 had lost the
-    echo path (attenuation 0-30 dB, after a stall), and a person's 2nd chunk comes ~35 ms
-    before the 3rd. On a glitch-free path the residual echo almost never made 3 speech chunks
-    in a row (1 run in 69); after glitches (ours or the room's) it did, at light load up to
-    1.2 s after playback started, 0.27 s into a pause of the far end and 0.4-1.9 s after a
-    glitch was noticed (the longer ones with the room stalling too): the windows cover most
-    of those.
+    A run of `consecutive_chunks` Silero chunks at or over `threshold` fires; fewer
+    (`fast_chunks`) while the canceller is known to cancel well, since residual echo that
+    Silero takes for speech comes where AEC3 has lost the echo path. The windows
+    (convergence, resume, tail, glitch) cover where that residual echo was seen.
     """
 
     threshold: float = Settings.barge_in_threshold
     consecutive_chunks: int = Settings.barge_in_chunks
-    #: A run may begin with one chunk at or above this lower probability (Silero rises over
-    #: 2-3 chunks at an onset: 0.16, 0.59, ...), which fires one chunk (32 ms) earlier when
-    #: the onset passes through it; None: every chunk of the run must reach `threshold`.
+    #: A run may begin with one chunk at this lower probability (Silero rises over 2-3 chunks
+    #: at an onset); None: every chunk must reach `threshold`.
     onset_threshold: float | None = Settings.barge_in_onset_threshold
-    #: Chunks enough while the canceller is known to be cancelling well (None: always
-    #: `consecutive_chunks`). The run's first chunk decides: if the canceller took at least
-    #: `healthy_attenuation_db` out of the median of the `health_chunks` chunks (256 ms)
-    #: before it (`BargeInDetector(attenuation=...)`; every one of them known, i.e. with sound
-    #: to cancel, and none inhibited), the echo is well cancelled, residual echo that Silero
-    #: takes for speech is unlikely, and `fast_chunks` fire. Otherwise (no attenuation known,
-    #: the far end just resumed, AEC3 off its echo path after a stall, a noisy room)
-    #: `consecutive_chunks` must. Measured (benchmarks/converse): the deciding chunk ~35 ms
-    #: earlier when it applies, the same false barge-ins in 60 echo-only runs.
+    #: Chunks enough when the canceller took `healthy_attenuation_db` out of the median of the
+    #: `health_chunks` chunks before the run (`BargeInDetector(attenuation=...)`); None:
+    #: always `consecutive_chunks`.
     fast_chunks: int | None = Settings.barge_in_fast_chunks
     healthy_attenuation_db: float = 30.0
     health_chunks: int = 8
-    #: A double-talk test (None: off): a run fires only once one of its chunks is at least
-    #: this many dB louder at the raw microphone than the echo the played level predicts
-    #: (`BargeInDetector(echo_levels=...)`, `EchoCanceller.echo_levels_db`). The echo path's
-    #: gain (raw level minus the loudest played level that can echo in the chunk) is tracked
-    #: as the `double_talk_percentile` of the last `double_talk_history` chunks that were
-    #: not speech-like (Silero below `threshold`, or inhibited and within `double_talk_db`
-    #: of the gain known so far) with the far end playing. A
-    #: person adds energy the played level does not predict; residual echo after AEC3 loses
-    #: the echo path (what Silero took for speech in every false barge-in seen on the room
-    #: harness: 2 in 20 echo-only long-reply runs) does not: the raw microphone still holds
-    #: only echo. Measured on benchmarks/converse traces (60 echo-only long-reply runs, 30
-    #: barge-ins): the echo chunks Silero took for speech came at most 0.4 dB above the
-    #: prediction (any echo chunk at most 2.7 dB), the person 5-9 dB within the first two
-    #: chunks of the deciding run; in tests/test_bargein.py (an espeak reply, its echo louder
-    #: against the person) only 2.7-3.8 dB at their onset, where 4 dB held 6 turns in 19 back
-    #: past 0.8 s: hence 2 dB. A person much quieter than the echo at the microphone is not
-    #: heard over the reply. While the gain is unknown (fewer than `double_talk_min_chunks`
-    #: echo chunks seen) or nothing plays, no run is held back.
+    #: The double-talk test (None: off): a run fires only once a chunk is this many dB louder
+    #: at the raw microphone than the echo the played level predicts. A person adds energy the
+    #: played level does not predict; residual echo does not. The echo path's gain is the
+    #: `double_talk_percentile` of the last `double_talk_history` chunks that were not
+    #: speech-like with the far end playing; until `double_talk_min_chunks` of them, or while
+    #: nothing plays, no run is held back.
     double_talk_db: float | None = Settings.barge_in_double_talk_db
-    #: A chunk this many dB (or more) louder at the raw microphone than the echo the played
-    #: level predicts, while the reply plays, decides alone once Silero calls it speech
-    #: (None: never): a person that plain needs no second chunk. Measured on
-    #: benchmarks/converse traces (20 echo-only long replies, 12 barge-ins): speech-like echo
-    #: chunks rose at most 1.2 dB above the prediction, the person's first speech chunk
-    #: 3.6-15.6 dB, and 7 of the 12 deciding runs had a chunk >= 6 dB 40 ms earlier.
+    #: A speech chunk this many dB over the predicted echo decides alone (None: never).
     strong_chunk_db: float | None = Settings.barge_in_strong_chunk_db
     double_talk_percentile: float = 95.0
     double_talk_history: int = 150
@@ -128,29 +98,19 @@ class BargeInOptions:
     #: A played level below this (dB of mean square, ~-60 dBFS RMS) predicts no echo.
     double_talk_min_render_db: float = -60.0
     convergence_inhibit_ms: int = 1200
-    #: After a resume (`BargeInDetector.hold`): residual echo made speech-like runs 0.7 and
-    #: 1.6 s after a 2 s pause's resume (tests/test_converse.py, 1 run in 4 and 1 in 8).
+    #: After a resume (`BargeInDetector.hold`) residual echo made speech-like runs.
     resume_inhibit_ms: int = 2500
     tail_inhibit_ms: int = 300
-    #: A speech chunk inside a tail or glitch window (and no other) counts all the same when
-    #: its raw level is at least this many dB above the echo the played level predicts (None:
-    #: never): the raw level does not depend on the canceller. An "okay" 7 s into a reply fell
-    #: into a sentence's tail 10-16 dB above the prediction and was never heard; 0 dB
-    #: interruptions were lost in glitch windows; residual echo came at most 2.7 dB above it.
+    #: A speech chunk inside a tail or glitch window counts all the same this many dB over the
+    #: predicted echo (None: never): the raw level does not depend on the canceller.
     tail_override_db: float | None = 6.0
     glitch_inhibit_ms: int = 1500
-    #: A speech chunk counts only this many dB (or more) above the room's own level, the
-    #: median raw level heard while nothing played (vocal.duplex.bargein.ambient; None: off). Other
-    #: people talking in the room are speech to Silero: at -40 dBFS they cut every echo-only
-    #: turn on the room harness, where the person's speech measured -17 to -25 dBFS. 32 ms
-    #: chunks of that babble rose at most 8 dB above its median, and a median of a few chunks
-    #: errs by -3.4 dB in 1 case in 10: hence 10. The floor is learnt before the far end's first
-    #: loud sample (the "before" window: nothing counts there, no reply to interrupt yet), in
-    #: its pauses, and kept from the turn before (vocal.duplex.bargein.room_level).
+    #: A speech chunk counts only this many dB over the room's own level (the median raw
+    #: level while nothing played: vocal.duplex.bargein.ambient, kept by room_level; None:
+    #: off), so other people talking in the room do not cut the reply.
     ambient_margin_db: float | None = ROOM_MARGIN_DB
-    #: Audio kept from before the first chunk of the deciding run. Silero is sure of the person
-    #: 0.17-0.37 s after their first sound in double talk (up to 0.7 s on a loaded machine),
-    #: since AEC3's suppressor holds the near end down at first: 600 ms keeps the onset.
+    #: Audio kept from before the deciding run's first chunk: in double talk Silero is sure
+    #: of the person only after AEC3's suppressor lets their onset through.
     pre_roll_ms: int = 600
     sample_rate: int = 16_000
     chunk_frames: int = 512

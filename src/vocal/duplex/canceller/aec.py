@@ -9,36 +9,27 @@ methods are the audio-callback hooks of `vocal.audio.devices`:
     Player(player_rate, on_block=aec.render)       # the reverse (far-end) stream
     Microphone(16_000, on_block=aec.capture)       # returns the cleaned block
 
-Why the callbacks (docs/design.md): feeding the reference from a buffer in the capture thread
-put the reference after its echo and gave false barge-ins every time; in the callbacks the reference
-always reaches AEC3 before its echo is captured, and AEC3's delay estimator finds the rest.
+Why the callbacks: feeding the reference from a buffer in the capture thread put the reference
+after its echo; in the callbacks it always reaches AEC3 before its echo is captured, and AEC3's
+delay estimator finds the rest.
 
-Blocks need not be multiples of 10 ms. Render remainders wait in a one-frame buffer. Captured
-samples come out `capture_delay_frames` late (160 - gcd(block, 160) at 16 kHz: 128 frames = 8 ms
-for vocal's 512-frame blocks, 0 for multiples of 160), the least delay that lets every block be
-returned whole and cleaned. vocal's buffers are allocated once (a block larger than the first
-grows the ring once); the callbacks copy into them. livekit's FFI still builds a small request
-object per 10 ms frame (~0.1-0.3 ms of CPU per frame, render + capture, measured).
+Blocks need not be multiples of 10 ms: render remainders wait in a one-frame buffer, and
+captured samples come out `capture_delay_frames` late, the least delay that returns every
+block whole and cleaned. Buffers are allocated once; the callbacks copy into them.
 
-Output rates: AEC3 takes a reverse stream at another rate than the capture stream and resamples
-it internally, as long as a 10 ms frame is a whole number of samples. So a player at 24, 32,
-44.1 or 48 kHz feeds AEC3 its own 10 ms frames untouched (on the room harness 48 kHz gave the
-same ERLE as 16 kHz). Rates with no whole 10 ms frame (22 050 and 11 025 Hz: espeak-ng's and
-piper's) would make APM drop half a sample per frame and drift off the echo (offline ERLE fell
-from ~90 dB to ~25 dB), so their samples are repeated 2 or 4 times into 44.1 kHz frames. That
-sample-and-hold costs no latency and no allocation; its images above 11 kHz are removed by
-AEC3's own resampling to 16 kHz, and its droop (-0.5 dB at 8 kHz) is a fixed linear response
-the adaptive filter absorbs (soxr's streaming delay, ~330 samples, would put the reference
-behind its echo on a low-latency output, which AEC cannot recover from: docs/design.md).
+Output rates: AEC3 resamples a reverse stream at another rate itself, as long as a 10 ms frame
+is a whole number of samples. Rates with none (22 050 and 11 025 Hz: espeak-ng's and piper's)
+would drift off the echo, so their samples are repeated 2 or 4 times into 44.1 kHz frames: no
+latency (a streaming resampler's delay would put the reference behind its echo), and AEC3's
+own resampling removes the images.
 
-Once the far end has been quiet for `RAW_WHEN_QUIET_S` (its echo has died away, e.g. after a
-barge-in stopped the reply), `capture` hands back the raw samples: AEC3's suppressor and noise
-suppression keep colouring near-end speech after the echo is gone, which cost Whisper most of an
-interruption's words on the room harness (word error rate 0.08-0.75 cleaned, ~0 raw).
+Once the far end has been quiet for `RAW_WHEN_QUIET_S`, `capture` hands back the raw samples:
+AEC3's suppressor keeps colouring near-end speech after the echo is gone, and Whisper lost an
+interruption's words to it. `EchoCanceller.attenuation_db` tells, per captured block, how much
+the canceller took out; the barge-in detector fires sooner while it is high.
 
-`EchoCanceller.attenuation_db` tells, per captured block, how much the canceller took out (raw
-over cleaned energy): 30-90 dB on echo alone once converged, 0-20 dB with a person in the
-block; the barge-in detector fires sooner while it is high (`BargeInOptions.fast_chunks`).
+The measurements behind each choice are in docs/design.md ("Measured facts behind the
+constants").
 
 `erle_db` and `convergence_time_s` measure what the canceller achieves (benchmarks/aec).
 """

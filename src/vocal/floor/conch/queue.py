@@ -55,7 +55,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import FrameType
 
 from vocal.errors import Interrupted, UsageError
 from vocal.floor.conch.hold import ConchHold
@@ -472,12 +472,12 @@ def interrupt_on_signals() -> Iterator[None]:
         yield
         return
 
-    def _raise(signum: int, _frame: Any) -> None:
+    def _raise(signum: int, _frame: FrameType | None) -> None:
         for other in old:  # a second signal must not cut the clean-up short
             signal.signal(other, signal.SIG_IGN)
         raise Interrupted(f"terminated by {signal.Signals(signum).name}")
 
-    old: dict[signal.Signals, Any] = {}
+    old: dict[signal.Signals, Callable[[int, FrameType | None], object] | int | None] = {}
     for signum in (signal.SIGTERM, signal.SIGHUP):
         old[signum] = signal.signal(signum, _raise)
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TypedDict
 
 from vocal.errors import ConchTimeout
 from vocal.floor.statefiles import HOST, BadRecord, finite, record_from
@@ -88,11 +88,11 @@ class Holder:
     speaker_pid: int | None = None
     speaker_start: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def parse_holder(data: Any) -> Holder:
+def parse_holder(data: object) -> Holder:
     """A `Holder` from the JSON of holder.json; raises BadRecord if any field is wrong."""
     holder = record_from(
         Holder,
@@ -130,11 +130,11 @@ class Waiter:
     def local(self) -> bool:
         return self.pid is not None and self.host == HOST
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def parse_waiter(data: Any, seq: int | None = None) -> Waiter:
+def parse_waiter(data: object, seq: int | None = None) -> Waiter:
     """A `Waiter` from the JSON of queue/N.json (N = `seq`, which the record must repeat: the
     file is removed by that number); raises BadRecord if any field is wrong."""
     waiter = record_from(
@@ -154,16 +154,16 @@ class Grant:
     granted_at: float
     claim_by: float
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def parse_grant(data: Any) -> Grant:
+def parse_grant(data: object) -> Grant:
     """A `Grant` from the JSON of grant.json; raises BadRecord if any field is wrong."""
     return record_from(Grant, data, {"seq": _SEQ_RANGE})
 
 
-def parse_quiet(data: Any) -> float:
+def parse_quiet(data: object) -> float:
     """The time in quiet.json (when a bumped holder is surely silent)."""
     if not finite(data):
         raise BadRecord(f"quiet: {str(data)[:40]!r} is not a time")
@@ -186,6 +186,33 @@ class Held:
     expires_at: float = float("inf")
 
 
+class _RemoteWaitDict(TypedDict):
+    session: str
+    granted: bool
+    waited_s: float
+    position: int | None
+    queue_length: int
+    holder: dict[str, object] | None
+
+
+class RemoteWaitDict(_RemoteWaitDict, total=False):
+    """`RemoteWait.to_dict`: what `vocal conch wait --json` prints; `seq` and `expires_in_s`
+    only when granted."""
+
+    seq: int
+    expires_in_s: float
+
+
+class ConchStateDict(TypedDict):
+    """`ConchState.to_dict`: what `vocal conch status --json` prints. The holder and each
+    queue entry are their records' fields plus the times since and until (`held_s`,
+    `expires_in_s`; `position`, `waited_s`, `granted`)."""
+
+    holder: dict[str, object] | None
+    grant: dict[str, object] | None
+    queue: list[dict[str, object]]
+
+
 @dataclass
 class RemoteWait:
     """What `Conch.wait_remote` returns: granted (`held`), or the place kept in the queue."""
@@ -200,9 +227,9 @@ class RemoteWait:
     held: Held | None = None
     message: str = ""
 
-    def to_dict(self, now: float | None = None) -> dict[str, Any]:
+    def to_dict(self, now: float | None = None) -> RemoteWaitDict:
         now = time.time() if now is None else now
-        data: dict[str, Any] = {
+        data: RemoteWaitDict = {
             "session": self.session,
             "granted": self.granted,
             "waited_s": round(self.waited_s, 3),
@@ -225,7 +252,7 @@ class ConchState:
     waiters: list[Waiter] = field(default_factory=list)
     now: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> ConchStateDict:
         holder = None
         if self.holder is not None:
             holder = self.holder.to_dict()
