@@ -88,6 +88,11 @@ class Settings:
     turn_check_ms: int = 160
     max_pause_ms: int = 2500
 
+    # -- waking (issue 39, vocal.wake): the phrase `vocal wake` listens for when given none. A
+    # bundled one (alexa, hey jarvis, hey mycroft, okay nabu) has its own model (vocal[wake]);
+    # Whisper hears any other.
+    wake_phrase: str = "hey jarvis"
+
     # -- speaking and voices.
     tts_engine: str = "hibari"
     voice: str | None = None
@@ -283,6 +288,7 @@ SETTING_MAX_CHARS: dict[str, int] = {
     **dict.fromkeys(_URLS.split(), URL_CHARS),
     **dict.fromkeys(("openai_stt_prompt", "stt_hints"), PROMPT_CHARS),
     **dict.fromkeys(_NAMES.split(), NAME_CHARS),
+    "wake_phrase": NAME_CHARS,
 }
 
 #: Text settings that name one of a few fixed modes (compared without case and surrounding

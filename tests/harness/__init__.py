@@ -5,6 +5,7 @@ Making sounds and scoring words:
     words         word error rates (plain Python)
     listen_audio  test audio for listening: voiced spans, pauses, noise; play it to the sink
     corpus        the real-speech corpus that scripts/corpus builds (tests/corpus/README.md)
+    wake_audio    wake phrases and requests said by vocal's voices, over a quiet room tone
 
 Real audio on a private PulseAudio server (audio tests), or PipeWire's pipewire-pulse with
 VOCAL_TEST_SOUND_SERVER=pipewire:
