@@ -13,6 +13,7 @@ Helpers live in the `harness` package (tests/harness/); this file holds only fix
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,18 @@ from harness.pulse import (
     session_prefix,
     warm_up_streams,
 )
+
+
+def pytest_configure() -> None:
+    """Ctrl-C and SIGQUIT reach the processes the tests start, however the suite was started.
+    A shell script's background job starts with both ignored, every process it starts
+    inherits that, and Python keeps a SIGINT ignored at its start: `vocal speak` then kept
+    speaking through the Ctrl-C its test sent, as any program started so should. Restored
+    here, the tests judge vocal's handling, not how the suite was launched."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def pytest_report_header() -> str:
