@@ -90,8 +90,9 @@ class Settings:
 
     # -- waking (issue 39, vocal.wake): the phrase `vocal wake` listens for when given none. A
     # bundled one (alexa, hey jarvis, hey mycroft, okay nabu) has its own model (vocal[wake]);
-    # Whisper hears any other.
+    # Whisper hears any other. `converse --wake` waits this long for it: a person stepping away.
     wake_phrase: str = "hey jarvis"
+    wake_timeout_s: float = 300.0
 
     # -- speaking and voices.
     tts_engine: str = "hibari"
@@ -245,6 +246,7 @@ SETTING_RANGES: dict[str, tuple[float, float]] = {
     "max_pause_ms": (100, 30_000),
     "max_seconds": (0.1, HOUR_S),
     "no_speech_timeout_s": (0.1, HOUR_S),
+    "wake_timeout_s": (1.0, DAY_S),
     "speed": (0.25, 4.0),
     "sentence_pause_ms": (0, 5_000),
     "conch_lock_expiry_s": (0.5, DAY_S),

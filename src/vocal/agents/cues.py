@@ -355,6 +355,21 @@ def play_cue(
     return result
 
 
+def play_wake_cue(_detection: object = None) -> None:
+    """The Wake cue (`vocal wake`, `converse --wake`), on a thread: the request is heard
+    meanwhile. A cue that cannot play (no output device, no sound server) costs the wake
+    nothing."""
+    import threading
+
+    def play() -> None:
+        try:
+            play_cue("Wake", None, cue_settings())
+        except (VocalError, OSError):
+            pass
+
+    threading.Thread(target=play, name="vocal-wake-cue", daemon=True).start()
+
+
 def play_file(path: str, gain: float, device: str | None, player: str = "auto") -> str:
     """Play a cue file, and say with what: `paplay` (PulseAudio/PipeWire, the file decoded by
     paplay's libsndfile), else PortAudio. `auto` tries paplay where it can serve: Linux, no

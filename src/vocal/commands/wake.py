@@ -10,7 +10,7 @@ import typer
 from vocal.commands._app import FiniteFloatRange, command_app, finite, shown_default
 
 if TYPE_CHECKING:
-    from vocal.wake.detection import Detection
+    pass
 
 app = command_app()
 
@@ -78,6 +78,7 @@ def wake(
     """
     import sys
 
+    from vocal.agents.cues import play_wake_cue
     from vocal.config import load_settings
     from vocal.errors import NoSpeechError
     from vocal.wake.turn import wake_turn
@@ -98,7 +99,7 @@ def wake(
         detector=detector,
         timeout_s=timeout,
         input_file=input_file,
-        on_wake=_play_cue if cue and live else None,
+        on_wake=play_wake_cue if cue and live else None,
         on_ignored=ignored,
         on_note=note,
     )
@@ -114,20 +115,3 @@ def wake(
         raise NoSpeechError(f"{result.phrase!r} was not heard {where}")
     if not json_output:
         typer.echo(result.text)
-
-
-def _play_cue(_detection: Detection) -> None:
-    """The Wake cue, on a thread: the request is heard meanwhile. A cue that cannot play
-    costs the wake nothing."""
-    import threading
-
-    def play() -> None:
-        from vocal.agents.cues import cue_settings, play_cue
-        from vocal.errors import VocalError
-
-        try:
-            play_cue("Wake", None, cue_settings())
-        except (VocalError, OSError):
-            pass
-
-    threading.Thread(target=play, name="vocal-wake-cue", daemon=True).start()

@@ -67,6 +67,21 @@ class Backchannel(TypedDict):
     paused_s: float
 
 
+class WokeReport(TypedDict):
+    """The wake phrase that a hands-free turn heard before the answer (`ConverseResult.woke`,
+    `vocal converse --wake`: vocal.duplex.hands_free)."""
+
+    #: "micro" (the bundled phrase's model) or "whisper" (any phrase).
+    detector: str
+    phrase: str
+    #: How sure the detector was, 0 to 1.
+    score: float | None
+    #: Seconds from the turn's start (as `timings`) to the phrase heard.
+    woke_at_s: float
+    #: Seconds the turn waited for it, from the microphone opening for the phrase.
+    waited_s: float
+
+
 @dataclass
 class ConverseResult:
     """One turn: what the person said and what happened to the reply."""
@@ -117,6 +132,12 @@ class ConverseResult:
     #: The room's own level at the microphone while the reply was silent (dB of mean square;
     #: the barge-in detector's floor, vocal.duplex.bargein.ambient); None: not known.
     room_level_db: float | None = None
+    #: With `--wake`: the wake phrase heard before the answer (None: none was, or the answer
+    #: came without it); `text` and `speech_heard` are then the answer's.
+    woke: WokeReport | None = None
+    #: With `--wake`: how long the turn listened for the phrase, s (None: it did not wait,
+    #: for someone answered the reply, or the turn was stopped).
+    wake_wait_s: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         """What `vocal converse --json` prints."""
@@ -154,6 +175,7 @@ class ConverseResult:
             "interruption_audio": self.interruption_audio,
             "backchannels": self.backchannels,
             "tail_audio": self.tail_audio,
+            "woke": self.woke,
             **extra,
         }
 
@@ -168,4 +190,5 @@ __all__ = [
     "ConverseResult",
     "HandoverReport",
     "InterruptionAudio",
+    "WokeReport",
 ]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from vocal.wake.soundalike import after_phrase
@@ -79,6 +79,7 @@ class Request:
         end_frame: the stream frame where listening stopped.
         transcribe_s: how long it took (both calls, with the fallback).
         stt_engine: the engine that transcribed.
+        utterance: the audio transcribed.
     """
 
     text: str
@@ -90,6 +91,8 @@ class Request:
     transcribed: bool = False
     transcribe_s: float | None = None
     stt_engine: str | None = None
+    #: What Whisper transcribed, the phrase included (None: nothing was transcribed).
+    utterance: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 def hear_request(
@@ -143,13 +146,14 @@ def hear_request(
 
     engine = stt.engine() if isinstance(stt, SttLoader) else stt
     started = time.perf_counter()
-    heard = _transcribe(engine, endpointer.utterance())
+    utterance = endpointer.utterance()
+    heard = _transcribe(engine, utterance)
     text = after_phrase(heard, phrase)
     if text is None:  # the phrase is not in the words: what came after the detector fired
         pre_roll = round(endpointer.options.pre_roll_ms * SAMPLE_RATE / 1000)
         utterance_start = start + max(0, (first or 0) - pre_roll)
         skip = max(0, detection.end_frame - utterance_start)
-        text = _transcribe(engine, endpointer.utterance()[skip:])
+        text = _transcribe(engine, utterance[skip:])
     return Request(
         text,
         heard,
@@ -158,6 +162,7 @@ def hear_request(
         transcribed=True,
         transcribe_s=time.perf_counter() - started,
         stt_engine=getattr(engine, "name", None),
+        utterance=utterance,
     )
 
 

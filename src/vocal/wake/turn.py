@@ -27,6 +27,8 @@ from vocal.wake.spotter import SpotOptions
 if TYPE_CHECKING:
     from pathlib import Path
 
+    import numpy as np
+
     from vocal.audio.vad import Confidence
     from vocal.config import Settings
     from vocal.hearing.listening import BlockSource
@@ -82,6 +84,9 @@ class WakeResult:
     ignored: list[dict[str, object]] = field(default_factory=list)
     durations: dict[str, float | None] = field(default_factory=dict)
     timings: dict[str, float | None] = field(default_factory=dict)
+    #: What Whisper transcribed after the phrase was heard, the phrase included (16 kHz
+    #: samples; None: nothing was transcribed). Not in `to_dict`.
+    utterance: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, object]:
         """What `vocal wake --json` prints."""
@@ -227,7 +232,23 @@ def listen_for_wake(
             "transcribe_s": request.transcribe_s,
             "stt_load_s": stt.load_s if isinstance(stt, SttLoader) else None,
         },
+        utterance=request.utterance,
     )
+
+
+def wake_phrase(settings: Settings, phrase: str | None = None) -> str:
+    """`phrase` (default: the `wake_phrase` setting) with its blanks made single.
+
+    Raises:
+        UsageError: a phrase with no words (exit 2).
+    """
+    from vocal.errors import UsageError
+    from vocal.wake.soundalike import words
+
+    phrase = " ".join((phrase if phrase is not None else settings.wake_phrase).split())
+    if not words(phrase):
+        raise UsageError("the wake phrase has no words", hint='say one, e.g. "hey jarvis"')
+    return phrase
 
 
 def wake_turn(
@@ -237,12 +258,17 @@ def wake_turn(
     detector: str = AUTO,
     timeout_s: float | None = None,
     input_file: Path | None = None,
+    source: BlockSource | None = None,
     on_wake: Callable[[Detection], object] | None = None,
     on_ignored: Callable[[dict[str, object]], object] | None = None,
     on_note: Callable[[str], object] | None = None,
 ) -> WakeResult:
-    """Listen on the microphone (or `input_file`) for `phrase` (default: the `wake_phrase`
-    setting) and return what was said after it.
+    """Listen on the microphone (or `input_file`, or `source`) for `phrase` (default: the
+    `wake_phrase` setting) and return what was said after it.
+
+    `source`: an opened block source to listen on instead, read once (`blocks()` is called
+    once) and left open, so that its caller reads on from where the request ended
+    (vocal.duplex.hands_free).
 
     Raises:
         UsageError: an empty phrase, a bad `detector`, an unreadable input WAV (exit 2).
@@ -251,12 +277,8 @@ def wake_turn(
     from vocal.audio.devices import Microphone
     from vocal.audio.file_devices import WavSource
     from vocal.audio.vad import endpoint_options
-    from vocal.errors import UsageError
-    from vocal.wake.soundalike import words
 
-    phrase = " ".join((phrase if phrase is not None else settings.wake_phrase).split())
-    if not words(phrase):
-        raise UsageError("the wake phrase has no words", hint='say one, e.g. "hey jarvis"')
+    phrase = wake_phrase(settings, phrase)
     kind, note = choose_detector(phrase, detector)
     if note and on_note is not None:
         on_note(note)
@@ -265,11 +287,12 @@ def wake_turn(
         timeout_s=timeout_s,
         request=RequestOptions(endpoint=endpoint_options(settings)),
     )
-    source: WavSource | Microphone
-    if input_file is not None:
-        source = WavSource(input_file).open()
-    else:
-        source = Microphone(device=settings.input_device).open()
+    own = source is None
+    if source is None:
+        if input_file is not None:
+            source = WavSource(input_file).open()
+        else:
+            source = Microphone(device=settings.input_device).open()
     stt = None
     found: PhraseDetector | None = None
     try:
@@ -296,7 +319,8 @@ def wake_turn(
             on_ignored=on_ignored,
         )
     finally:
-        source.close()
+        if own:
+            source.close()
         if found is not None:
             found.close()
         if stt is not None:
@@ -345,5 +369,6 @@ __all__ = [
     "WakeResult",
     "choose_detector",
     "listen_for_wake",
+    "wake_phrase",
     "wake_turn",
 ]
