@@ -28,15 +28,17 @@ from harness.pulse import (
 
 
 def pytest_configure() -> None:
-    """Ctrl-C and SIGQUIT reach the processes the tests start, however the suite was started.
-    A shell script's background job starts with both ignored, every process it starts
-    inherits that, and Python keeps a SIGINT ignored at its start: `vocal speak` then kept
-    speaking through the Ctrl-C its test sent, as any program started so should. Restored
-    here, the tests judge vocal's handling, not how the suite was launched."""
+    """Ctrl-C, SIGQUIT and SIGHUP reach the processes the tests start, however the suite was
+    started. A script's background job starts with SIGINT and SIGQUIT ignored (and `nohup`
+    ignores SIGHUP), every process it starts inherits that, and Python keeps a SIGINT ignored
+    at its start: `vocal speak` then kept speaking through the Ctrl-C its test sent, as any
+    program started so should. Restored here, the tests judge vocal's handling, not how the
+    suite was launched."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    if signal.getsignal(signal.SIGQUIT) is signal.SIG_IGN:
-        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+    for signum in (signal.SIGQUIT, signal.SIGHUP):  # SIGHUP: the suite run under nohup
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
 
 
 def pytest_report_header() -> str:

@@ -268,3 +268,32 @@ def test_mlx_conversion_is_cached(mlx_engine, mlx_cache: Path) -> None:  # noqa:
 def test_mlx_engine_takes_a_converted_directory_as_is(mlx_engine) -> None:  # noqa: ANN001
     engine = load_stt("mlx-whisper", str(mlx_engine.model_dir))
     assert engine.model_dir == mlx_engine.model_dir
+
+
+def _gomp_spin_count(env: dict[str, str]) -> str:
+    """The spin count libgomp runs with once faster-whisper's CTranslate2 has loaded it, as
+    libgomp itself reports it (OMP_DISPLAY_ENV)."""
+    import os
+    import re
+    import subprocess
+
+    script = "import vocal.stt.faster_whisper, ctranslate2"
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, **env, "OMP_DISPLAY_ENV": "VERBOSE"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    match = re.search(r"GOMP_SPINCOUNT = '(\d+)'", result.stderr)
+    assert match, result.stderr
+    return match.group(1)
+
+
+def test_whispers_threads_wait_asleep_unless_the_person_says_otherwise(monkeypatch) -> None:  # noqa: ANN001
+    # Spinning, CTranslate2's two threads lost their cores to a busy process beside them: a
+    # 4 s utterance took 2-16 s instead of 0.3 s (docs/design.md, OMP_WAIT_POLICY).
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert _gomp_spin_count({}) == "0"
+    assert _gomp_spin_count({"OMP_WAIT_POLICY": "ACTIVE"}) != "0"

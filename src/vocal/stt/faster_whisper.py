@@ -24,6 +24,7 @@ words, so an early transcript and the final one of the same utterance agree.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -46,6 +47,13 @@ if TYPE_CHECKING:
     import numpy as np
 
     from vocal.audio.wav import Audio
+
+#: CTranslate2's OpenMP threads wait for each other asleep, not spinning: spinning, they lost
+#: their cores to any busy process beside them (a build, an agent), and a 4 s utterance took
+#: 2-16 s to transcribe instead of 0.3 s (docs/design.md). Read when libgomp loads, so set
+#: before faster-whisper is imported; a value the person set wins.
+WAIT_POLICY = ("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault(*WAIT_POLICY)
 
 #: Whisper keeps at most this many tokens of text before the utterance (half its 448-token
 #: context, less the start-of-previous token).
