@@ -397,7 +397,7 @@ def test_bad_input_exits_2_before_touching_audio() -> None:
 
     assert run_vocal("converse", "   ").returncode == 2
     bad = run_vocal("converse", "hello", "--aec", "sometimes")
-    assert bad.returncode == 2 and b"--aec must be one of" in bad.stderr
+    assert bad.returncode == 2 and b"'--aec': 'sometimes' is not one of" in bad.stderr
     assert run_vocal("converse", "-", input=b"\x00\x01").returncode == 2
     assert floor().status().holder is None
 

@@ -13,7 +13,6 @@ seconds later is its answer.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from pathlib import Path
@@ -156,5 +155,5 @@ class TestConverseWake:
         assert woke["detector"] == "micro" and woke["phrase"] == "hey jarvis", woke
         assert woke["score"] > 0.9 and woke["waited_s"] > 1.0 and woke["woke_at_s"] > 3.0
         assert result["speech_heard"] and result["reply"] == "Anything else?"
-        words = " ".join(re.findall(r"[a-z']+", result["text"].lower()))
-        assert REQUEST in words, result["text"]
+        # The answer's words ("run the test" once under load), as the other tests score them.
+        assert word_error_rate(REQUEST, result["text"]) <= MAX_WER, result["text"]

@@ -8,7 +8,7 @@ from typing import Any
 import click
 import typer
 
-from vocal.config import SETTING_RANGES, Settings, flag_range
+from vocal.config import SETTING_CHOICES, SETTING_RANGES, Settings, flag_range
 
 
 def command_app(**settings: Any) -> typer.Typer:
@@ -35,6 +35,12 @@ class FiniteFloatRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{number} is not a finite number", param, ctx)
         return super().convert(number, param, ctx)
+
+
+def choice(setting: str) -> click.Choice:
+    """The type of an option that sets the mode `setting`: the words it may be, so a bad one
+    is refused naming the flag (the setting's own check names the setting)."""
+    return click.Choice(SETTING_CHOICES[setting], case_sensitive=False)
 
 
 def float_range(setting: str) -> FiniteFloatRange:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from vocal.commands._app import (
+    choice,
     command_app,
     finite,
     float_range,
@@ -55,6 +56,7 @@ def converse(
     aec: str | None = typer.Option(
         None,
         "--aec",
+        click_type=choice("aec"),
         help="Echo cancellation: auto (off for headphones; half-duplex where `vocal doctor "
         f"--echo` found the echo too strong to cancel), on, off [{shown_default('aec')}].",
     ),
