@@ -83,7 +83,8 @@ def test_sound_keys_keep_consonants_by_sound() -> None:
     "text, phrase, after",
     [
         ("Hey Jarvis, run the tests.", "hey jarvis", "run the tests."),
-        ("Hey, Travis! Run the tests", "hey jarvis", "Run the tests"),  # one slip allowed
+        ("A Jarvis! Run the tests", "hey jarvis", "Run the tests"),  # one slip allowed
+        ("Hey, Travis! Run the tests", "hey jarvis", None),  # ... in the call word only
         ("hi jarvis", "hey jarvis", ""),
         ("So, hey Jarvis, stop.", "hey jarvis", "stop."),  # words before it go with it
         ("OK, Nabu. Lights on.", "okay nabu", "Lights on."),
@@ -96,6 +97,20 @@ def test_sound_keys_keep_consonants_by_sound() -> None:
 )
 def test_after_phrase(text: str, phrase: str, after: str | None) -> None:
     assert after_phrase(text, phrase) == after
+
+
+def test_sound_alike_edits_fall_in_the_call_word_not_the_name() -> None:
+    """Prompted with the phrase, Whisper spells the name as given and slips on "hey": these
+    are its slips in benchmarks/RESULTS.md "wake" (21 of 183 detections, none in the name),
+    and an edit in the name is how these sentences passed for "hey jarvis" there."""
+    for heard in ("they computer", "a computer run the test", "pay computer", "k computer"):
+        assert find_phrase(heard, "hey computer") is not None, heard
+    for heard in ("k jarvis", "a Jarvis", "pay jarvis", "thing jarvis", "10 jarvis"):
+        assert find_phrase(heard, "hey jarvis") is not None, heard
+    for heard in ("He serves the static files.", "he drives the release", "Hey service is up"):
+        assert find_phrase(heard, "hey jarvis") is None, heard
+    assert find_phrase("hey my craft, stop", "hey mycroft") is not None  # the name split
+    assert find_phrase("commuter", "computer") is not None  # one word: its edit anywhere
 
 
 def test_the_closest_run_of_words_wins() -> None:

@@ -62,9 +62,9 @@ def wake(
     (exit 0), so `vocal wake && vocal converse "Yes?"` and `text=$(vocal wake)` both work.
     PHRASE defaults to the wake_phrase setting ("hey jarvis"). The bundled phrases (alexa, hey
     jarvis, hey mycroft, okay nabu) are heard by small microWakeWord models (vocal[wake]); any
-    other phrase by Whisper on each stretch of speech, matched by sound ("hey travis" is heard
-    as "hey jarvis"). After the phrase the speaker is heard until they stop, as `vocal listen`
-    hears them, with a longer pause allowed right after the phrase (waiting for the cue).
+    other phrase by Whisper on each stretch of speech, matched by sound ("they computer" is
+    heard as "hey computer"). After the phrase the speaker is heard until they stop, as `vocal
+    listen` hears them, with a longer pause allowed right after the phrase (waiting for the cue).
 
     Never woken by vocal itself: a phrase heard while any vocal process holds the floor or
     plays a reply is ignored, and so is every phrase while vocal is muted (`vocal mute`). The

@@ -1,7 +1,7 @@
 """Sound-alike matching: is a wake phrase in what Whisper wrote, and what came after it.
 
 Whisper writes what it hears as words it knows: "hey Jarvis" may come back "Hey, Jarvis!",
-"hey Travis" or "hi jarvis"; a phrase the person chose ("okay vocal") as "OK, focal". So the
+"hi jarvis" or "they jarvis"; a phrase the person chose ("okay vocal") as "OK, focal". So the
 phrase is matched by sound, not by spelling:
 
 - `words`: lower case, apostrophes dropped, anything else that is not a letter or a digit
@@ -13,7 +13,12 @@ phrase is matched by sound, not by spelling:
 - `find_phrase`: the phrase's keys joined are compared with the keys of every run of one word
   fewer to one word more than the phrase has, by edit distance; a run within
   `allowed_edits(key)` (one edit per five key letters) matches, and the closest run wins (the
-  first of equals).
+  first of equals). The edits fall in the phrase's first word: the run's key must end with
+  the keys of the words after it (the name after "hey") as they are. Whisper, given the
+  phrase as its prompt, spells the name as given and slips on the short call word before it
+  ("they computer", "a Jarvis"), while an edit in the name lets "he serves" or "hey service"
+  pass for "hey jarvis" (benchmarks/RESULTS.md, "wake"). A phrase of one word may take its
+  edits anywhere.
 
 Hand-written rather than a phonetic library (Metaphone, jellyfish): a few dozen lines of
 standard library that `vocal wake --help` may import, tuned to Whisper's slips.
@@ -27,7 +32,7 @@ from dataclasses import dataclass
 #: A word in a transcript: letters, digits and apostrophes (dropped in the word itself).
 WORD = re.compile(r"[A-Za-z0-9']+")
 #: Letters per allowed edit of the phrase's key: "hey jarvis" (HJRFS, 5) allows one slip
-#: ("hey travis"), "okay nabu" (AKNP, 4) none, "hey mycroft" (HMKRFT, 6) one.
+#: ("a jarvis"), "okay nabu" (AKNP, 4) none, "hey mycroft" (HMKRFT, 6) one.
 KEY_LETTERS_PER_EDIT = 5
 
 #: Spellings of one sound, tried before single letters (longest first where they overlap).
@@ -159,11 +164,13 @@ class PhraseMatch:
 
 def find_phrase(text: str, phrase: str) -> PhraseMatch | None:
     """The run of words in `text` that sounds most like `phrase` (the first of equals), or
-    None when none is within `allowed_edits`."""
+    None when none is within `allowed_edits` with the words after the phrase's first kept."""
     target = phrase_key(phrase)
-    count = len(words(phrase))
+    said = words(phrase)
+    count = len(said)
     if not target or not count:
         return None
+    name = "".join(sound_key(word) for word in said[1:])
     spans = _spans(text)
     keys = [sound_key(word) for word, _ in spans]
     limit = allowed_edits(target)
@@ -173,7 +180,10 @@ def find_phrase(text: str, phrase: str) -> PhraseMatch | None:
             end = start + length
             if end > len(spans):
                 break
-            distance = edit_distance("".join(keys[start:end]), target)
+            key = "".join(keys[start:end])
+            if not key.endswith(name):
+                continue
+            distance = edit_distance(key, target)
             if distance > limit or (best is not None and distance >= best.distance):
                 continue
             score = 1.0 - distance / len(target)
