@@ -71,7 +71,8 @@ STOPPED_MARKER = "[stopped]"
 Report = Callable[[str], None]
 
 
-def _stderr(message: str) -> None:
+def report_to_stderr(message: str) -> None:
+    """A turn's status line on stderr, as every command prints one."""
     print(f"vocal: {message}", file=sys.stderr, flush=True)
 
 
@@ -81,7 +82,7 @@ def converse(
     options: ConverseOptions,
     settings: Settings,
     *,
-    report: Report | None = _stderr,
+    report: Report | None = report_to_stderr,
     started_at_s: float | None = None,
 ) -> ConverseResult:
     """Speak `text` in a turn, then listen for the answer; see the module docstring.
@@ -501,4 +502,4 @@ class _Run:
             )
 
 
-__all__ = ["REVERB_GAP_MS", "STOPPED_MARKER", "converse"]
+__all__ = ["REVERB_GAP_MS", "STOPPED_MARKER", "Report", "converse", "report_to_stderr"]

@@ -25,12 +25,12 @@ after a phrase said alone is read from that same stream (`OneStream`): never two
 from __future__ import annotations
 
 import math
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from vocal.duplex.converse import Report, report_to_stderr
 from vocal.duplex.options import ConverseOptions, ConverseResult, WokeReport
 from vocal.errors import UsageError
 
@@ -46,12 +46,6 @@ if TYPE_CHECKING:
 REPLAY_BLOCKS = 16
 SAMPLE_RATE = 16_000
 
-Report = Callable[[str], None]
-
-
-def _stderr(message: str) -> None:
-    print(f"vocal: {message}", file=sys.stderr, flush=True)
-
 
 def converse_hands_free(
     text: str,
@@ -59,7 +53,7 @@ def converse_hands_free(
     settings: Settings,
     *,
     timeout_s: float | None = None,
-    report: Report | None = _stderr,
+    report: Report | None = report_to_stderr,
     started_at_s: float | None = None,
     on_wake: Callable[[Detection], object] | None = None,
     source: BlockSource | None = None,
@@ -93,7 +87,7 @@ def converse_hands_free(
         if options.push_to_talk:
             raise UsageError("--wake is hands-free: it does not go with --ptt")
         if text.strip():
-            from vocal.duplex.converse import converse
+            from vocal.duplex.converse import converse  # looked up here: tests stand in for it
 
             result = converse(text, options, settings, report=report, started_at_s=started_at_s)
             if not _unanswered(result):

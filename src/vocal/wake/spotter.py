@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from vocal.audio.vad import EndpointOptions
 from vocal.wake.detection import WHISPER, Detection
 from vocal.wake.recent import RecentAudio
 from vocal.wake.soundalike import find_phrase, words
@@ -46,19 +47,19 @@ def phrase_window_s(phrase: str) -> float:
 class SpotOptions:
     """How stretches of speech are found and checked.
 
-    The thresholds and `min_speech_ms` are the endpointer's (vocal.audio.vad.EndpointOptions);
+    The thresholds, `min_speech_ms` and the rolls are the endpointer's (`EndpointOptions`);
     `gap_ms` is shorter than its silence, since a stretch only needs to hold the phrase, and
     the sooner it ends the sooner Whisper hears it: the comma after "hey jarvis" is 0.1-0.2 s
     in hibari's and piper's voices, so a phrase followed by a request in one breath is heard
     by its window instead. `window_s` None: `phrase_window_s(phrase)`.
     """
 
-    start_threshold: float = 0.5
-    stop_threshold: float = 0.35
-    min_speech_ms: int = 64
+    start_threshold: float = EndpointOptions.start_threshold
+    stop_threshold: float = EndpointOptions.stop_threshold
+    min_speech_ms: int = EndpointOptions.min_speech_ms
     gap_ms: int = 300
-    pre_roll_ms: int = 300
-    post_roll_ms: int = 200
+    pre_roll_ms: int = EndpointOptions.pre_roll_ms
+    post_roll_ms: int = EndpointOptions.post_roll_ms
     window_s: float | None = None
 
     def __post_init__(self) -> None:
