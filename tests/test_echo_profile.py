@@ -340,15 +340,17 @@ def test_a_bad_echo_verdict_makes_aec_auto_half_duplex_and_a_good_one_keeps_barg
     assert "half-duplex" not in stderr
 
 
-def learning_turn(vocal_home: Path) -> tuple[float, dict]:
-    """A turn whose fit of the reply's echo held, so that it learnt the delay (3 tries). The
-    fit holds in most turns (33-38 dB here), not all (24 dB once in CI, under load). A reply
-    whose streams glitched keeps nothing (the delay may be its stream's own: issue 38).
-    Where no turn learnt, on a loaded machine, the test is skipped, each turn's keeping
-    nothing checked."""
+def learning_turn(vocal_home: Path, tries: int = 5) -> tuple[float, dict]:
+    """A turn whose fit of the reply's echo held, so that it learnt the delay. The fit holds
+    in most turns (33-38 dB here), not all (24 dB once in CI, under load). A reply whose
+    streams glitched keeps nothing (the delay may be its stream's own: issue 38), which each
+    such turn checks. An output underflow comes in many turns on a null sink in a VM even
+    when the machine is quiet, so up to `tries` turns are played. Where every turn
+    glitched the product did as designed and the test is skipped, saying so; a clean turn
+    whose fit fell short fails on a quiet machine."""
     kept_before = load_profile(vocal_home, *device_pair(None, None))
     glitched = 0
-    for _ in range(3):
+    for _ in range(tries):
         code, payload, stderr = converse_turn(text=REPLY)
         assert code == 4, stderr
         learned = payload["learned_echo_delay_ms"]
@@ -361,9 +363,11 @@ def learning_turn(vocal_home: Path) -> tuple[float, dict]:
             assert learned is not None, payload
             return learned, payload
         assert learned is None and load_profile(vocal_home, *device_pair(None, None)) == kept_before
+    if glitched == tries:
+        pytest.skip(f"the streams glitched in each of {tries} turns: nothing learnt, as designed")
     if loaded_machine():
-        pytest.skip(f"a loaded machine: no turn in 3 learnt ({glitched} glitched), as it should")
-    pytest.fail("no clean turn's echo fit removed 30 dB in 3")
+        pytest.skip(f"a loaded machine: no turn in {tries} learnt ({glitched} glitched)")
+    pytest.fail(f"no clean turn's echo fit removed 30 dB in {tries} ({glitched} glitched)")
 
 
 @pytest.mark.audio
