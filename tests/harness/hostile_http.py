@@ -101,6 +101,15 @@ class HostileServer(LoopbackHTTP):
             def log_message(self, *args: object) -> None:  # keep test output clean
                 pass
 
+            def end_headers(self) -> None:
+                # Every connection is closed after one answer: said, so that a client never
+                # sends its next request on it (httpx then saw "Server disconnected without
+                # sending a response" and huggingface_hub printed a retry, under load).
+                said = getattr(self, "_headers_buffer", [])
+                if not any(line.lower().startswith(b"connection:") for line in said):
+                    self.send_header("Connection", "close")
+                super().end_headers()
+
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 self._serve()
 
