@@ -9,6 +9,7 @@ live, the doctor in the drifting room reads its clock and its underrun through r
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -134,15 +135,24 @@ def test_the_forecast_follows_the_room_not_the_probe() -> None:
 def test_doctor_echo_reads_the_drifting_rooms_clock_and_underrun(pulse, vocal_home) -> None:
     """The drift room: its output runs 100 ppm fast and gains 20 ms of latency 2 s into each
     sound; the doctor hears both through real streams and forecasts replies played so."""
-    with running_room(pulse, ROOM_CONDITIONS["drift"]):
+    with running_room(pulse, ROOM_CONDITIONS["drift"]) as room:
         # Up to 3 probes where the streams glitch (vocal.ops.echo_check.PROBE_TRIES).
         result = run_vocal("doctor", "--echo", "--json", timeout=180)
+        time.sleep(0.05)  # the room's events for the last chunks
+        stalls = room.stalls()
     assert result.returncode == 0, result.stderr.decode()
     (check,) = json.loads(result.stdout)
     data = check["data"]
     assert data["drift_ppm"] == pytest.approx(100.0, abs=30.0), data
-    (step,) = data["delay_steps"]
-    assert step[0] == pytest.approx(2.0, abs=0.4) and step[1] == pytest.approx(20.0, abs=2.0), data
+    # The room's own step, read once; a stall of the room process (a loaded machine) moves
+    # its path again, which the doctor rightly reads as one more step.
+    steps = data["delay_steps"]
+    designed = [
+        s
+        for s in steps
+        if s[0] == pytest.approx(2.0, abs=0.4) and s[1] == pytest.approx(20.0, abs=2.0)
+    ]
+    assert len(designed) == 1 and (len(steps) == 1 or stalls > 0), (stalls, data)
     assert len(data["reply_reductions_db"]) == len(REPLIES) * len(PASSES), data
     assert data["reply_reduction_db"] is not None, data
     assert f"drifts {data['drift_ppm']:+.0f} ppm" in check["detail"], check  # +98 or +101
