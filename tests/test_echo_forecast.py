@@ -144,15 +144,17 @@ def test_doctor_echo_reads_the_drifting_rooms_clock_and_underrun(pulse, vocal_ho
     (check,) = json.loads(result.stdout)
     data = check["data"]
     assert data["drift_ppm"] == pytest.approx(100.0, abs=30.0), data
-    # The room's own step, read once; a stall of the room process (a loaded machine) moves
-    # its path again, which the doctor rightly reads as one more step.
+    # The room's own step, read once; a stall of the room process, or a glitch of the probe's
+    # own streams (a loaded machine), moves the path again, which the doctor rightly reads as
+    # one more step.
     steps = data["delay_steps"]
     designed = [
         s
         for s in steps
         if s[0] == pytest.approx(2.0, abs=0.4) and s[1] == pytest.approx(20.0, abs=2.0)
     ]
-    assert len(designed) == 1 and (len(steps) == 1 or stalls > 0), (stalls, data)
+    moved = stalls > 0 or data["underflows"] > 0 or data["overflows"] > 0
+    assert len(designed) == 1 and (len(steps) == 1 or moved), (stalls, data)
     assert len(data["reply_reductions_db"]) == len(REPLIES) * len(PASSES), data
     assert data["reply_reduction_db"] is not None, data
     assert f"drifts {data['drift_ppm']:+.0f} ppm" in check["detail"], check  # +98 or +101
