@@ -105,9 +105,7 @@ class HostileServer(LoopbackHTTP):
                 # Every connection is closed after one answer: said, so that a client never
                 # sends its next request on it (httpx then saw "Server disconnected without
                 # sending a response" and huggingface_hub printed a retry, under load).
-                said = getattr(self, "_headers_buffer", [])
-                if not any(line.lower().startswith(b"connection:") for line in said):
-                    self.send_header("Connection", "close")
+                self.send_header("Connection", "close")
                 super().end_headers()
 
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
@@ -164,7 +162,9 @@ class HostileServer(LoopbackHTTP):
                     self.end_headers()
                     return self.wfile.write(data) if self.command != "HEAD" else None
                 if "/resolve/" not in path:
-                    self.send_error(404)
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
                     return None
                 name = path.rsplit("/", 1)[-1]
                 self.send_response(302)
@@ -216,7 +216,6 @@ class HostileServer(LoopbackHTTP):
                 self.send_header("Content-Type", hostile.content_type)
                 if sized:
                     self.send_header("Content-Length", str(HUGE_BYTES))
-                self.send_header("Connection", "close")
                 self.end_headers()
                 block = bytes(64 * 1024)
                 for _ in range(HUGE_BYTES // len(block)):
