@@ -1,6 +1,6 @@
 """`vocal converse` in a room of other talkers (the room harness's "chatter": six voices of
 babble at -40 dBFS, which Silero calls speech): the turn still ends when the person stops, as
-the endpointer hears only what stands above the room's own level (vocal.duplex.bargein.ambient's
+the endpointer hears only what stands above the room's own level (vocal.audio.room_gate's
 `RoomGate`). Before it, every turn there ran to `--max-seconds`."""
 
 from __future__ import annotations

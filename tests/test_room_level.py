@@ -68,12 +68,13 @@ def test_a_bad_record_is_set_aside(tmp_path: Path) -> None:
 
 
 def test_the_endpointer_hears_only_what_stands_above_the_room() -> None:
-    """`RoomGate`: Silero calls other people's talk speech; a chunk within the margin of the
+    """`room_gate`: Silero calls other people's talk speech; a chunk within the margin of the
     room's floor is silence to the endpointer, the person's louder speech is not, and Silero
     hears every chunk either way (it is recurrent)."""
     import numpy as np
 
-    from vocal.duplex.bargein.ambient import ROOM_MARGIN_DB, RoomGate
+    from vocal.audio.room_gate import ROOM_MARGIN_DB
+    from vocal.duplex.bargein.ambient import room_gate
 
     heard_chunks: list[int] = []
 
@@ -83,7 +84,7 @@ def test_the_endpointer_hears_only_what_stands_above_the_room() -> None:
 
     floor = heard([-40.0] * 8)  # babble at -40 dB (mean square)
     detector = type("Detector", (), {"ambient": floor})()
-    gate = RoomGate.of_room(detector, kept_db=None)
+    gate = room_gate(detector, kept_db=None)
     assert gate is not None and gate.gate_db == -30.0
     gated = gate.wrap(silero)
     rng = np.random.default_rng(3)
@@ -94,9 +95,9 @@ def test_the_endpointer_hears_only_what_stands_above_the_room() -> None:
     assert gated(person) == pytest.approx(0.9)
     assert gate.gated == 2 and len(heard_chunks) == 3
     # No detector (half-duplex): the level the last turn kept, with the default margin.
-    kept = RoomGate.of_room(None, kept_db=-50.0)
+    kept = room_gate(None, kept_db=-50.0)
     assert kept is not None and kept.gate_db == -50.0 + ROOM_MARGIN_DB
     # Nothing known, or the floor off: no gate.
-    assert RoomGate.of_room(None, kept_db=None) is None
+    assert room_gate(None, kept_db=None) is None
     off = type("Detector", (), {"ambient": AmbientFloor(None)})()
-    assert RoomGate.of_room(off, kept_db=-50.0) is None
+    assert room_gate(off, kept_db=-50.0) is None

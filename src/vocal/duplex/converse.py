@@ -256,7 +256,7 @@ class _Run:
         import numpy  # noqa: F401  (before any stream opens: python-sounddevice #487)
 
         from vocal.audio.vad import SileroVad
-        from vocal.duplex.bargein.ambient import RoomGate
+        from vocal.duplex.bargein.ambient import room_gate
         from vocal.hearing.listening import listen_options
         from vocal.hearing.stt_loading import stt_loader
 
@@ -290,7 +290,7 @@ class _Run:
         from vocal.hearing.push_to_talk import keys_for
 
         on_block, on_words = meter_hooks(self.line, turn.check)
-        gate = parts.room_gate = RoomGate.of_room(parts.guard.detector, self.room_db)
+        gate = parts.room_gate = room_gate(parts.guard.detector, self.room_db)
         confidence = SileroVad() if gate is None else gate.wrap(SileroVad())
         with keys_for(options.push_to_talk, self.listen_stop, listening) as (keys, listening):
             listened = keys.ended(

@@ -18,7 +18,7 @@ from vocal.duplex.wiring import EchoGuard
 if TYPE_CHECKING:
     from vocal.audio.devices import Microphone
     from vocal.audio.player import Player
-    from vocal.duplex.bargein.ambient import RoomGate
+    from vocal.audio.room_gate import RoomGate
     from vocal.duplex.echo_free.onset import EchoFreeOnset
     from vocal.floor.turn import Turn
     from vocal.hearing.listening import ListenResult

@@ -18,8 +18,9 @@ from __future__ import annotations
 import collections
 import math
 import statistics
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Protocol
+
+from vocal.audio.room_gate import ROOM_MARGIN_DB, RoomGate
 
 #: Where too few chunks have been heard for a floor, a level counts as above it while the
 #: reply plays (the double-talk test decides alone, as without a floor), and not while nothing
@@ -30,9 +31,6 @@ MIN_CHUNKS = 3
 PRIOR_CHUNKS = 3
 #: Chunks remembered (~10 s of 32 ms chunks where nothing plays).
 HISTORY_CHUNKS = 300
-#: How far above the room's floor a person stands (`BargeInOptions.ambient_margin_db`'s
-#: default; see there).
-ROOM_MARGIN_DB = 10.0
 #: What the room adds to the echo a played level predicts (`AmbientFloor.plus`): its floor
 #: raised by this, since a chunk of babble can rise that far above its median (at most 8 dB on
 #: the chatter room, 1 % of chunks by 6 dB; with the median alone one chunk came 2.2 dB over
@@ -129,51 +127,21 @@ class AmbientFloor:
 
 
 class HeardRoom(Protocol):
-    """What `RoomGate.of_room` reads of a barge-in detector (vocal.duplex.bargein.detector)."""
+    """What `room_gate` reads of a barge-in detector (vocal.duplex.bargein.detector)."""
 
     ambient: AmbientFloor
 
 
-class RoomGate:
-    """Gates the endpointer's speech probability (`wrap`) by the room's own level: a chunk that
-    does not stand `margin_db` above the floor is silence. Other people talking are speech to
-    Silero, and in a room of talkers `listen` never heard the pause that ends a turn (every
-    chatter turn on the room harness ran to `--max-seconds`); the person vocal talks with is
-    nearer the microphone (see the module's docstring). `gated` counts the chunks Silero
-    called speech (at or above `SPEECH_PROBABILITY`) that the gate made silence."""
-
-    SPEECH_PROBABILITY = 0.5
-
-    def __init__(self, floor_db: float, margin_db: float) -> None:
-        self.gate_db = floor_db + margin_db
-        self._gate_power = _power(self.gate_db)
-        self.gated = 0
-
-    @classmethod
-    def of_room(cls, detector: HeardRoom | None, kept_db: float | None) -> RoomGate | None:
-        """The gate for the floor a barge-in `detector` heard over the reply, else the level
-        the last turn kept (vocal.duplex.bargein.room_level) with `ROOM_MARGIN_DB`; None where
-        neither is known or the floor is off. In a room of talkers a pause is where the person's
-        level falls to the room's."""
-        if detector is not None:
-            floor_db, margin_db = detector.ambient.floor_db, detector.ambient.margin_db
-        else:
-            floor_db, margin_db = kept_db, ROOM_MARGIN_DB
-        return None if floor_db is None or margin_db is None else cls(floor_db, margin_db)
-
-    def wrap(self, confidence: Callable[[Any], float]) -> Callable[[Any], float]:
-        """`confidence`, gated. It still hears every chunk: Silero is recurrent."""
-
-        def gated(chunk: Any) -> float:
-            probability = float(confidence(chunk))
-            # Mean square, as the floor's levels (the canceller's raw levels); a float32 dot
-            # product: no numpy import here.
-            if float(chunk.dot(chunk)) / max(1, chunk.shape[0]) >= self._gate_power:
-                return probability
-            self.gated += probability >= self.SPEECH_PROBABILITY
-            return 0.0
-
-        return gated
+def room_gate(detector: HeardRoom | None, kept_db: float | None) -> RoomGate | None:
+    """The endpointer's gate (vocal.audio.room_gate) for the floor a barge-in `detector` heard
+    over the reply, else the level the last turn kept (vocal.duplex.bargein.room_level) with
+    `ROOM_MARGIN_DB`; None where neither is known or the floor is off. In a room of talkers a
+    pause is where the person's level falls to the room's."""
+    if detector is not None:
+        floor_db, margin_db = detector.ambient.floor_db, detector.ambient.margin_db
+    else:
+        floor_db, margin_db = kept_db, ROOM_MARGIN_DB
+    return None if floor_db is None or margin_db is None else RoomGate(floor_db, margin_db)
 
 
-__all__ = ["AmbientFloor", "RoomGate"]
+__all__ = ["AmbientFloor", "room_gate"]

@@ -40,8 +40,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from vocal.audio.chunks import Chunker
+from vocal.audio.room_gate import ROOM_MARGIN_DB
 from vocal.config import Settings
-from vocal.duplex.bargein.ambient import ROOM_MARGIN_DB, AmbientFloor
+from vocal.duplex.bargein.ambient import AmbientFloor
 
 if TYPE_CHECKING:
     import numpy as np
