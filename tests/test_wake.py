@@ -30,7 +30,7 @@ from vocal.wake.detection import Detection
 from vocal.wake.gate import WakeGate, floor_busy
 from vocal.wake.micro import MicroWakeDetector, bundled_model
 from vocal.wake.recent import RecentAudio
-from vocal.wake.request import RequestOptions, hear_request
+from vocal.wake.request import GATED_TAIL_MS, RequestOptions, hear_request
 from vocal.wake.soundalike import after_phrase, find_phrase, sound_key
 from vocal.wake.spotter import WhisperPhraseDetector
 from vocal.wake.turn import choose_detector
@@ -222,14 +222,14 @@ def test_whisper_is_not_woken_by_real_speech(whisper) -> None:
 
 
 # -- after the phrase ----------------------------------------------------------------------------
-def request_after(scene: WakeScene, detector, stt) -> tuple:
+def request_after(scene: WakeScene, detector, stt, options: RequestOptions | None = None) -> tuple:
     """Wait for the phrase in `scene`, then hear the request, as `listen_for_wake` does."""
     blocks = blocks_of(scene.samples)
     recent = RecentAudio(8.0)
     gate = WakeGate(lambda: None)
     waited = wait_for_phrase(blocks, detector, gate=gate, recent=recent, lookback_s=1.5)
     assert waited.detection is not None, "the phrase was not heard"
-    options = RequestOptions(endpoint=EndpointOptions())
+    options = options or RequestOptions(endpoint=EndpointOptions())
     request = hear_request(
         blocks,
         waited.detection,
@@ -295,6 +295,88 @@ def test_the_any_phrase_path_cuts_the_request_from_its_own_transcript(
     )
     _, request = request_after(scene, WhisperPhraseDetector("hey computer", whisper), whisper)
     assert word_error_rate("open the config file", request.text) <= MAX_WER, request
+
+
+#: Other people talking, as benchmarks/wake's chatter room has them: under the person's speech.
+CHATTER_UNDER_DB = 15.0
+
+
+@pytest.fixture(scope="module")
+def babble() -> np.ndarray:
+    """Six corpus voices talking at once (the room harness's chatter), at unit RMS."""
+    from harness.room_effects import chatter_loop, corpus_speech
+
+    ensure_corpus()
+    return chatter_loop(corpus_speech(), seed=11).astype(np.float32)
+
+
+def among_talkers(scene: WakeScene, said: np.ndarray, babble: np.ndarray) -> WakeScene:
+    level = np.float32(np.sqrt(np.mean(said**2)) / 10 ** (CHATTER_UNDER_DB / 20))
+    samples = scene.samples + np.resize(babble, scene.samples.shape[0]) * level
+    return WakeScene(samples.astype(np.float32), scene.spans)
+
+
+def test_a_request_among_other_talkers_ends_when_the_person_stops(
+    voices: WakeVoices, babble: np.ndarray
+) -> None:
+    """Silero calls babble speech: without the gate the request runs on into the talk after
+    it (in benchmarks/wake's chatter room most ran to the input's end; live, to
+    `max_seconds`); gated by the level of the stream heard before the phrase, it ends at the
+    person's pause, their words kept."""
+    stt = load_stt("faster-whisper", "tiny.en", hints="hey jarvis")
+    said = voices.say("hibari", f"Hey Jarvis, {REQUEST}.")
+    scene = among_talkers(wake_scene(3.0, said, 5.0), said, babble)
+    last_sound = scene.spans[0][1]
+    ends = {}
+    for margin_db in (10.0, None):
+        options = RequestOptions(endpoint=EndpointOptions(), room_margin_db=margin_db)
+        _, request = request_after(scene, MicroWakeDetector("hey jarvis"), stt, options)
+        assert word_error_rate(REQUEST, request.text) <= MAX_WER, (request.heard, request.text)
+        ends[margin_db] = request.end_frame / RATE - last_sound
+        if margin_db is None:
+            assert request.room_floor_db is None and request.room_gated_chunks == 0
+            continue
+        assert request.end_reason == "silence", request
+        assert request.room_floor_db is not None and request.room_gated_chunks > 0
+        # What Whisper heard reaches past the word's soft end, which the gate held back.
+        heard_to_s = request.speech_end_frame / RATE + (200 + GATED_TAIL_MS) / 1000
+        assert heard_to_s >= last_sound, (request.speech_end_frame / RATE, last_sound)
+    # Gated, the turn ended within the silence window of the last word; ungated, the babble
+    # after it held the endpointer on.
+    assert ends[10.0] <= 1.0 and ends[None] - ends[10.0] >= 0.5, ends
+
+
+def test_the_room_gate_is_read_before_the_phrase_and_only_where_the_phrase_stood_out() -> None:
+    """`room_gate_before`: the floor is the stream before the phrase; no gate with too little
+    of it kept, where Silero did not call the room speech (a fan: nothing to hold back), nor
+    where the phrase was no louder than the room (the person far away, or talking all
+    along)."""
+    from harness.listen_audio import noise
+    from vocal.wake.request import room_gate_before
+
+    def heard(*parts: np.ndarray) -> RecentAudio:
+        recent = RecentAudio(8.0)
+        for part in parts:
+            recent.add(part)
+        return recent
+
+    room, loud = noise(2.0, -40.0, seed=1), noise(0.8, -20.0, seed=2)
+    phrase_end = room.shape[0] + loud.shape[0]
+    micro = Detection("micro", 0.99, phrase_end)  # began PHRASE_S before its end
+    gate = room_gate_before(micro, heard(room, loud), 10.0)
+    assert gate is not None and gate.floor_db == pytest.approx(-40.0, abs=0.5)
+    assert gate.gate_db == pytest.approx(-30.0, abs=0.5)
+    whisper = Detection("whisper", 0.9, phrase_end, start_frame=room.shape[0])
+    assert room_gate_before(whisper, heard(room, loud), 10.0) is not None
+    assert room_gate_before(micro, heard(room, loud), None) is None  # the gate off
+    talkers, fan = (lambda chunk: 0.9), (lambda chunk: 0.1)
+    assert room_gate_before(micro, heard(room, loud), 10.0, talkers) is not None
+    assert room_gate_before(micro, heard(room, loud), 10.0, fan) is None
+    short = noise(0.3, -40.0, seed=3)
+    early = Detection("micro", 0.99, short.shape[0] + loud.shape[0])
+    assert room_gate_before(early, heard(short, loud), 10.0) is None  # too little room heard
+    near = noise(0.8, -33.0, seed=4)  # 7 dB above the room: no gate
+    assert room_gate_before(micro, heard(room, near), 10.0) is None
 
 
 # -- the gates -----------------------------------------------------------------------------------

@@ -13,6 +13,11 @@ utterance, phrase and all, and the words after the phrase (vocal.wake.soundalike
 request; where it did not write the phrase recognisably, the audio after the detector fired
 is transcribed on its own instead. When nothing was said after the phrase, Whisper is not run
 for it: the text is what the detector heard after the phrase (Whisper's own check), or "".
+
+Among other talkers Silero calls their babble speech, and the request would run to
+`max_seconds`: where Silero called the stream before the phrase speech and the phrase stood
+above its level, the endpointer hears only chunks that stand above that level too
+(vocal.audio.room_gate).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from vocal.audio.room_gate import ROOM_MARGIN_DB
 from vocal.wake.soundalike import after_phrase
 
 if TYPE_CHECKING:
@@ -30,6 +36,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from vocal.audio.devices import Block
+    from vocal.audio.room_gate import RoomGate
     from vocal.audio.vad import Confidence, Endpointer, EndpointOptions
     from vocal.hearing.stt_loading import SttLoader
     from vocal.stt import SttEngine
@@ -39,6 +46,20 @@ if TYPE_CHECKING:
 SAMPLE_RATE = 16_000
 #: End reason when nobody said anything after the phrase.
 NOTHING_AFTER = "nothing_after"
+#: The phrase's length where its detector does not say where it began (microWakeWord): hibari
+#: and piper say "hey jarvis" in 0.7 s. The room's level is read before it.
+PHRASE_S = 1.0
+#: The stream before the phrase the room's level is read from, and the least of it.
+ROOM_S = 3.0
+MIN_ROOM_S = 0.5
+#: The room is one of talkers when Silero calls this share of its chunks speech.
+TALK_SHARE = 0.5
+SPEECH_PROBABILITY = 0.5
+CHUNK_FRAMES = 512
+#: Audio kept after the last chunk the gate let through, beyond the post-roll: a word's soft
+#: end stands only a few dB above the babble (the "ts" of "tests": 0.2-0.3 s under the gate
+#: in vocal's voices), and Whisper should hear it.
+GATED_TAIL_MS = 300
 
 
 @dataclass(frozen=True)
@@ -57,12 +78,16 @@ class RequestOptions:
         nothing_after_ms: speech that ends within this of what the detector heard is still
             the phrase (the model fires a little after its end; Silero places ends within a
             chunk or two).
+        room_margin_db: how far above the room's level a chunk must stand to be speech to
+            the endpointer (vocal.audio.room_gate), once the phrase stood that far above it;
+            None: no gate.
     """
 
     endpoint: EndpointOptions | None = None
     lookback_s: float = 1.5
     first_pause_ms: int = 1200
     nothing_after_ms: int = 250
+    room_margin_db: float | None = ROOM_MARGIN_DB
 
 
 @dataclass(frozen=True)
@@ -80,6 +105,8 @@ class Request:
         transcribe_s: how long it took (both calls, with the fallback).
         stt_engine: the engine that transcribed.
         utterance: the audio transcribed.
+        room_floor_db: the room's level the endpointer was gated by (None: not gated).
+        room_gated_chunks: chunks Silero called speech that the gate made silence.
     """
 
     text: str
@@ -93,6 +120,8 @@ class Request:
     stt_engine: str | None = None
     #: What Whisper transcribed, the phrase included (None: nothing was transcribed).
     utterance: np.ndarray | None = field(default=None, repr=False, compare=False)
+    room_floor_db: float | None = None
+    room_gated_chunks: int = 0
 
 
 def hear_request(
@@ -109,7 +138,8 @@ def hear_request(
     return what was said after the phrase (see the module docstring)."""
     from vocal.audio.vad import EndReason, VadState
 
-    start, endpointer = _endpoint_from(detection, recent, confidence, options)
+    gate = room_gate_before(detection, recent, options.room_margin_db, confidence)
+    start, endpointer = _endpoint_from(detection, recent, confidence, options, gate)
     covered = detection.end_frame + round(options.nothing_after_ms * SAMPLE_RATE / 1000)
     # Whisper may have heard the request begin already, in the stretch that held the phrase.
     begun = bool(detection.heard and after_phrase(detection.heard, phrase))
@@ -139,9 +169,19 @@ def hear_request(
         None if last is None else start + last,
         start + endpointer.fed_frames,
     )
+    room_db = None if gate is None else round(gate.floor_db, 1)
+    gated = 0 if gate is None else gate.gated
     if not said_more():
         text = after_phrase(detection.heard, phrase) if detection.heard else None
-        return Request(text or "", detection.heard, reason if text else NOTHING_AFTER, *span)
+        end_reason = reason if text else NOTHING_AFTER
+        return Request(
+            text or "",
+            detection.heard,
+            end_reason,
+            *span,
+            room_floor_db=room_db,
+            room_gated_chunks=gated,
+        )
     from vocal.hearing.stt_loading import SttLoader
 
     engine = stt.engine() if isinstance(stt, SttLoader) else stt
@@ -163,11 +203,68 @@ def hear_request(
         transcribe_s=time.perf_counter() - started,
         stt_engine=getattr(engine, "name", None),
         utterance=utterance,
+        room_floor_db=room_db,
+        room_gated_chunks=gated,
     )
 
 
+def room_gate_before(
+    detection: Detection,
+    recent: RecentAudio,
+    margin_db: float | None,
+    confidence: Confidence | None = None,
+) -> RoomGate | None:
+    """The request's gate (vocal.audio.room_gate) where the phrase was said among other
+    talkers: its floor the level of the last `ROOM_S` of the stream before the phrase began.
+
+    None (no gate, the endpointer as in `vocal listen`) when less than `MIN_ROOM_S` of it is
+    kept; when `confidence` (Silero) called under `TALK_SHARE` of its chunks speech (a quiet
+    room or a fan: nothing to hold back, and a request said near a fan's level must not be
+    gated away); or when the phrase's louder half did not stand `margin_db` above it (a person
+    as far from the microphone as the room's talkers, or one who talked through it all)."""
+    import statistics
+
+    from vocal.audio.room_gate import RoomGate, chunk_levels_db, floor_db
+
+    if margin_db is None:
+        return None
+    began = detection.start_frame
+    if began is None:
+        began = detection.end_frame - round(PHRASE_S * SAMPLE_RATE)
+    kept_from = max(recent.start_frame, began - round(ROOM_S * SAMPLE_RATE))
+    before = recent.span(kept_from, began)
+    room = chunk_levels_db(before, CHUNK_FRAMES)
+    phrase = sorted(chunk_levels_db(recent.span(max(began, kept_from), detection.end_frame)))
+    if len(room) * CHUNK_FRAMES < MIN_ROOM_S * SAMPLE_RATE or not phrase:
+        return None
+    if confidence is not None and _talk_share(before, confidence) < TALK_SHARE:
+        return None
+    floor = floor_db(room)
+    if statistics.median(phrase[len(phrase) // 2 :]) < floor + margin_db:
+        return None
+    return RoomGate(floor, margin_db)
+
+
+def _talk_share(samples: np.ndarray, confidence: Confidence) -> float:
+    """The share of `samples`' whole chunks that `confidence` calls speech (it is reset
+    first and after: a `SileroVad` follows one stream)."""
+    reset = getattr(confidence, "reset", None)
+    if reset is not None:
+        reset()
+    whole = samples.shape[0] // CHUNK_FRAMES
+    chunks = (samples[i * CHUNK_FRAMES : (i + 1) * CHUNK_FRAMES] for i in range(whole))
+    talk = sum(float(confidence(chunk)) >= SPEECH_PROBABILITY for chunk in chunks)
+    if reset is not None:
+        reset()
+    return talk / max(1, whole)
+
+
 def _endpoint_from(
-    detection: Detection, recent: RecentAudio, confidence: Confidence, options: RequestOptions
+    detection: Detection,
+    recent: RecentAudio,
+    confidence: Confidence,
+    options: RequestOptions,
+    gate: RoomGate | None,
 ) -> tuple[int, Endpointer]:
     """(the stream frame the endpointer starts at, the endpointer fed from there to now).
 
@@ -191,7 +288,13 @@ def _endpoint_from(
             options.endpoint or EndpointOptions(),
             no_speech_timeout_s=heard_s + options.first_pause_ms / 1000,
         )
-        endpointer = Endpointer(confidence, endpoint)
+        if gate is not None:
+            endpoint = dataclasses.replace(
+                endpoint, post_roll_ms=endpoint.post_roll_ms + GATED_TAIL_MS
+            )
+            endpointer = Endpointer(gate.wrap(confidence), endpoint)
+        else:
+            endpointer = Endpointer(confidence, endpoint)
         endpointer.feed(recent.span(start))
         end = endpointer.end_frame
         if not (endpointer.done and end is not None and start + end < detection.end_frame):
@@ -207,4 +310,4 @@ def _transcribe(engine: SttEngine, samples: np.ndarray) -> str:
     return engine.transcribe(Audio(samples, SAMPLE_RATE)).text
 
 
-__all__ = ["NOTHING_AFTER", "Request", "RequestOptions", "hear_request"]
+__all__ = ["NOTHING_AFTER", "Request", "RequestOptions", "hear_request", "room_gate_before"]

@@ -82,6 +82,10 @@ class WakeResult:
     transcribed: bool = False
     stt_engine: str | None = None
     ignored: list[dict[str, object]] = field(default_factory=list)
+    #: The room's level the request's endpointer was gated by (vocal.wake.request; None: not
+    #: gated), and the chunks Silero called speech that it made silence.
+    room_floor_db: float | None = None
+    room_gated_chunks: int = 0
     durations: dict[str, float | None] = field(default_factory=dict)
     timings: dict[str, float | None] = field(default_factory=dict)
     #: What Whisper transcribed after the phrase was heard, the phrase included (16 kHz
@@ -102,6 +106,7 @@ class WakeResult:
             "transcribed": self.transcribed,
             "stt_engine": self.stt_engine,
             "ignored": self.ignored,
+            "room": {"floor_db": self.room_floor_db, "gated_chunks": self.room_gated_chunks},
             "durations": _rounded(self.durations),
             "timings": _rounded(self.timings),
         }
@@ -218,6 +223,8 @@ def listen_for_wake(
         transcribed=request.transcribed,
         stt_engine=request.stt_engine,
         ignored=waited.ignored,
+        room_floor_db=request.room_floor_db,
+        room_gated_chunks=request.room_gated_chunks,
         durations={
             "listened_s": seconds(max(request.end_frame, waited.frames)),
             "speech_start_s": seconds(request.speech_start_frame),
