@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from vocal.audio.vad import Confidence
 
 #: How far above the room's floor a person stands: a 32 ms chunk of six-voice babble rose at
 #: most 8 dB above its median on the room harness.
@@ -26,13 +30,13 @@ ROOM_MARGIN_DB = 10.0
 SILENCE_DB = -120.0
 
 
-def level_db(chunk: Any) -> float:
+def level_db(chunk: np.ndarray) -> float:
     """A chunk's level: dB of its mean square (float32 samples; no numpy import here)."""
     mean_square = float(chunk.dot(chunk)) / max(1, chunk.shape[0])
     return 10 * math.log10(mean_square) if mean_square > 0 else SILENCE_DB
 
 
-def chunk_levels_db(samples: Any, chunk_frames: int = 512) -> list[float]:
+def chunk_levels_db(samples: np.ndarray, chunk_frames: int = 512) -> list[float]:
     """The level of each whole `chunk_frames` chunk of `samples`."""
     whole = samples.shape[0] // chunk_frames
     return [level_db(samples[i * chunk_frames : (i + 1) * chunk_frames]) for i in range(whole)]
@@ -57,10 +61,10 @@ class RoomGate:
         self._gate_power = 10 ** (self.gate_db / 10)
         self.gated = 0
 
-    def wrap(self, confidence: Callable[[Any], float]) -> Callable[[Any], float]:
+    def wrap(self, confidence: Confidence) -> Confidence:
         """`confidence`, gated. It still hears every chunk: Silero is recurrent."""
 
-        def gated(chunk: Any) -> float:
+        def gated(chunk: np.ndarray) -> float:
             probability = float(confidence(chunk))
             if float(chunk.dot(chunk)) / max(1, chunk.shape[0]) >= self._gate_power:
                 return probability
