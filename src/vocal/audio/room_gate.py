@@ -26,17 +26,21 @@ if TYPE_CHECKING:
 #: How far above the room's floor a person stands: a 32 ms chunk of six-voice babble rose at
 #: most 8 dB above its median on the room harness.
 ROOM_MARGIN_DB = 10.0
-#: The level given to a chunk of digital silence (log10 of zero).
-SILENCE_DB = -120.0
+#: Mean squares below this (-120 dB) count as silence, so exact zeros stay finite.
+SILENCE_MEAN_SQUARE = 1e-12
+
+
+def mean_square_db(mean_square: float) -> float:
+    """A mean square in dB, floored at `SILENCE_MEAN_SQUARE`."""
+    return 10 * math.log10(max(mean_square, SILENCE_MEAN_SQUARE))
 
 
 def level_db(chunk: np.ndarray) -> float:
     """A chunk's level: dB of its mean square (float32 samples; no numpy import here)."""
-    mean_square = float(chunk.dot(chunk)) / max(1, chunk.shape[0])
-    return 10 * math.log10(mean_square) if mean_square > 0 else SILENCE_DB
+    return mean_square_db(float(chunk.dot(chunk)) / max(1, chunk.shape[0]))
 
 
-def chunk_levels_db(samples: np.ndarray, chunk_frames: int = 512) -> list[float]:
+def chunk_levels_db(samples: np.ndarray, chunk_frames: int) -> list[float]:
     """The level of each whole `chunk_frames` chunk of `samples`."""
     whole = samples.shape[0] // chunk_frames
     return [level_db(samples[i * chunk_frames : (i + 1) * chunk_frames]) for i in range(whole)]
@@ -58,7 +62,6 @@ class RoomGate:
     def __init__(self, floor_db: float, margin_db: float) -> None:
         self.floor_db = floor_db
         self.gate_db = floor_db + margin_db
-        self._gate_power = 10 ** (self.gate_db / 10)
         self.gated = 0
 
     def wrap(self, confidence: Confidence) -> Confidence:
@@ -66,7 +69,7 @@ class RoomGate:
 
         def gated(chunk: np.ndarray) -> float:
             probability = float(confidence(chunk))
-            if float(chunk.dot(chunk)) / max(1, chunk.shape[0]) >= self._gate_power:
+            if level_db(chunk) >= self.gate_db:
                 return probability
             self.gated += probability >= self.SPEECH_PROBABILITY
             return 0.0
@@ -74,4 +77,11 @@ class RoomGate:
         return gated
 
 
-__all__ = ["ROOM_MARGIN_DB", "RoomGate", "chunk_levels_db", "floor_db", "level_db"]
+__all__ = [
+    "ROOM_MARGIN_DB",
+    "RoomGate",
+    "chunk_levels_db",
+    "floor_db",
+    "level_db",
+    "mean_square_db",
+]

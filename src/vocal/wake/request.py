@@ -54,8 +54,6 @@ ROOM_S = 3.0
 MIN_ROOM_S = 0.5
 #: The room is one of talkers when Silero calls this share of its chunks speech.
 TALK_SHARE = 0.5
-SPEECH_PROBABILITY = 0.5
-CHUNK_FRAMES = 512
 #: Audio kept after the last chunk the gate let through, beyond the post-roll: a word's soft
 #: end stands only a few dB above the babble (the "ts" of "tests": 0.2-0.3 s under the gate
 #: in vocal's voices), and Whisper should hear it.
@@ -225,6 +223,7 @@ def room_gate_before(
     import statistics
 
     from vocal.audio.room_gate import RoomGate, chunk_levels_db, floor_db
+    from vocal.audio.vad import CHUNK_FRAMES
 
     if margin_db is None:
         return None
@@ -234,13 +233,17 @@ def room_gate_before(
     kept_from = max(recent.start_frame, began - round(ROOM_S * SAMPLE_RATE))
     before = recent.span(kept_from, began)
     room = chunk_levels_db(before, CHUNK_FRAMES)
-    phrase = sorted(chunk_levels_db(recent.span(max(began, kept_from), detection.end_frame)))
-    if len(room) * CHUNK_FRAMES < MIN_ROOM_S * SAMPLE_RATE or not phrase:
-        return None
-    if confidence is not None and _talk_share(before, confidence) < TALK_SHARE:
+    phrase = sorted(
+        chunk_levels_db(recent.span(max(began, kept_from), detection.end_frame), CHUNK_FRAMES)
+    )
+    louder = phrase[len(phrase) // 2 :]
+    if len(room) * CHUNK_FRAMES < MIN_ROOM_S * SAMPLE_RATE or not louder:
         return None
     floor = floor_db(room)
-    if statistics.median(phrase[len(phrase) // 2 :]) < floor + margin_db:
+    if statistics.median(louder) < floor + margin_db:
+        return None
+    # Silero last: the level checks above cost nothing beside it.
+    if confidence is not None and _talk_share(before, confidence) < TALK_SHARE:
         return None
     return RoomGate(floor, margin_db)
 
@@ -248,12 +251,15 @@ def room_gate_before(
 def _talk_share(samples: np.ndarray, confidence: Confidence) -> float:
     """The share of `samples`' whole chunks that `confidence` calls speech (it is reset
     first and after: a `SileroVad` follows one stream)."""
+    from vocal.audio.room_gate import RoomGate
+    from vocal.audio.vad import CHUNK_FRAMES
+
     reset = getattr(confidence, "reset", None)
     if reset is not None:
         reset()
     whole = samples.shape[0] // CHUNK_FRAMES
     chunks = (samples[i * CHUNK_FRAMES : (i + 1) * CHUNK_FRAMES] for i in range(whole))
-    talk = sum(float(confidence(chunk)) >= SPEECH_PROBABILITY for chunk in chunks)
+    talk = sum(float(confidence(chunk)) >= RoomGate.SPEECH_PROBABILITY for chunk in chunks)
     if reset is not None:
         reset()
     return talk / max(1, whole)

@@ -45,13 +45,13 @@ from typing import Any
 
 import numpy as np
 
+from vocal.audio.room_gate import mean_square_db
 from vocal.duplex.canceller.aec_frames import (
     CAPTURE_SAMPLE_RATE,
     ENERGY_FLOOR,
     Frame,
     RenderActivity,
     frame_frames,
-    mean_square_db,
     repeat_factor,
 )
 from vocal.duplex.canceller.drift import compensator_for

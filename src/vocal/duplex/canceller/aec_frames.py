@@ -22,11 +22,6 @@ _INT16_SCALE = 32768.0
 RENDER_LOUD_PEAK = 10 ** (-50 / 20)
 
 
-def mean_square_db(mean_square: float) -> float:
-    """A mean square in dB, floored (exact zeros from a silent stream stay finite)."""
-    return 10 * math.log10(max(mean_square, ENERGY_FLOOR * 1e-2))
-
-
 def frame_frames(sample_rate: int) -> int | None:
     """Samples in 10 ms at `sample_rate`, or None when that is not a whole number."""
     return sample_rate // 100 if sample_rate % 100 == 0 else None
@@ -121,6 +116,5 @@ __all__ = [
     "Frame",
     "RenderActivity",
     "frame_frames",
-    "mean_square_db",
     "repeat_factor",
 ]
