@@ -210,3 +210,26 @@ def test_flush_drops_what_is_queued_and_keeps_the_stream_running() -> None:
     assert matched_fraction(recorded, second) > 0.85
     loud_s = np.count_nonzero(np.abs(recorded) > 0.01) / SAMPLE_RATE
     assert loud_s < 1.3, "the flushed audio was played anyway"
+
+
+def test_a_stall_before_the_first_sound_is_not_a_glitch_of_the_sound() -> None:
+    """The stream opened while the process is busy (a voice loading holds the GIL) runs dry
+    into silence: a real underflow, counted apart from those of the sound, which alone may
+    move its echo (the canceller, the barge-in detector and the learnt delay read
+    `underflows`)."""
+    import ctypes
+
+    held_gil = ctypes.PyDLL(None)  # a PyDLL call keeps the GIL: the callback cannot run
+    player = Player(SAMPLE_RATE).open()
+    try:
+        time.sleep(0.2)
+        held_gil.usleep(300_000)
+        time.sleep(0.1)
+        assert player.underflows_before_audio >= 1, "the stall did not run the stream dry"
+        assert player.underflows == 0
+        player.play(noise(0.3))
+        player.finish()
+        assert player.wait(5)
+    finally:
+        player.close()
+    assert player.consumed_frames == round(0.3 * SAMPLE_RATE)

@@ -43,3 +43,26 @@ def test_a_wav_sink_is_an_output_with_nothing_to_flush(tmp_path: Path) -> None:
     assert sink.consumed_frames == sink.played_frames == 100 and tracker_of(sink) is None
     sink.finish()
     assert sink.done and (tmp_path / "out.wav").exists()
+
+
+def test_underflows_before_the_first_sound_are_counted_apart() -> None:
+    """An underflow flagged before any queued audio was handed over ran dry into silence;
+    from the callback after the first sound on, each is a glitch of the sound."""
+    from types import SimpleNamespace
+
+    from vocal.audio.player import Player
+
+    player = Player(16_000)
+    clock = SimpleNamespace(outputBufferDacTime=0.0, currentTime=0.0)
+    out = np.zeros((256, 1), np.float32)
+
+    def callback(underflow: bool) -> None:
+        player._callback(out, 256, clock, SimpleNamespace(output_underflow=underflow))
+
+    callback(False)
+    callback(True)  # silence ran dry
+    player.play(np.ones(512, np.float32))
+    callback(True)  # the block that hands over the first sound: the dry spell came before it
+    assert (player.underflows_before_audio, player.underflows) == (2, 0)
+    callback(True)  # after the first sound
+    assert (player.underflows_before_audio, player.underflows) == (2, 1)

@@ -132,7 +132,15 @@ class Player:
         self._stream: AudioStream | None = None
         self._sd: ModuleType  # bound in open() so the callback never imports
         self.started_at_s: float | None = None  # time.monotonic() of the first callback
+        #: The device ran dry after queued audio had begun to play: the rest of the stream may
+        #: reach the speaker later for good, and its echo with it (a glitch to the canceller,
+        #: the barge-in detector and the echo's learnt delay).
         self.underflows = 0
+        #: ... and before: the stream starting while the process is busy (loading a voice)
+        #: runs dry into silence, and nothing played after it moves against its echo
+        #: (benchmarks/RESULTS.md, "Underflows before the first sound"). Counted apart.
+        self.underflows_before_audio = 0
+        self._audio_began = False
 
     # lifecycle
     def open(self) -> Player:
@@ -269,7 +277,10 @@ class Player:
         if self.started_at_s is None:
             self.started_at_s = time.monotonic()
         if status.output_underflow:
-            self.underflows += 1
+            if self._audio_began:
+                self.underflows += 1
+            else:
+                self.underflows_before_audio += 1
         out = outdata[:, 0]
         filled = 0
         if self._flush_requested:
@@ -289,6 +300,7 @@ class Player:
                 if self._offset >= self._current.shape[0]:
                     self._current = None
             self._consumed += filled
+            self._audio_began = self._audio_began or filled > 0
         out[filled:] = 0.0
         if self.volume != 1.0:
             out *= self.volume

@@ -449,6 +449,7 @@ class _Run:
         finally:
             turn.attach_output(None)
             parts.underflows = player.underflows
+            parts.underflows_before_audio = player.underflows_before_audio
             player.close()
         parts.clock["reply_ended"] = ended_s
         turn.check()

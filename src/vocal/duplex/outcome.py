@@ -51,8 +51,9 @@ class TurnParts:
     mic: Microphone | None = None
     #: The echo canceller (None without AEC) and the barge-in detector (None in half-duplex).
     guard: EchoGuard = field(default_factory=EchoGuard)
-    #: The output's underflows, kept when it closes.
+    #: The output's underflows, kept when it closes (those before its first sound apart).
     underflows: int = 0
+    underflows_before_audio: int = 0
     speech_result: SpeechResult | None = None
     #: Where the person started speaking (capture time), once a barge-in fired.
     onset_s: float | None = None
@@ -200,6 +201,7 @@ def converse_result(
             else (listened.overflows if listened is not None else 0)
         ),
         "output_underflows": parts.underflows,
+        "output_underflows_before_audio": parts.underflows_before_audio,
         "aec_errors": canceller.errors if canceller is not None else 0,
         "aec_glitches": canceller.glitches if canceller is not None else 0,
         "inhibited_chunks": detector.inhibited_chunks if detector is not None else 0,

@@ -366,8 +366,8 @@ class BargeInDetector:
         if raw_db is not None and quiet and windows <= {"before", "glitch"}:
             # Nothing plays, nor rings on: the room alone, unless a person speaks in a pause;
             # their speech must not become the room's level (see `AmbientFloor.teach`). A
-            # glitch (an underflow as the stream starts, often) matters to the canceller, not
-            # to a raw level.
+            # glitch (a late callback as the stream starts, often) matters to the canceller,
+            # not to a raw level.
             self.ambient.teach(raw_db, speech=speech_like and not windows, above=above)
         self.trace.append((end_s, probability, inhibited, self._attenuation_db, excess))
         if inhibited:

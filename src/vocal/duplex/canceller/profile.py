@@ -52,7 +52,8 @@ SOURCES = ("doctor", "turn")
 #: the whole reply (the hand-over's own bar, `HANDOVER_MIN_REMOVED_DB`). A reply whose streams
 #: glitched (an output underflow, an input overflow) keeps nothing: an underflow delays that
 #: stream's echo for good, and the next turn's fresh stream starts without it (issue 38: a
-#: loaded machine's turn kept 577 ms for a 140 ms room). A late callback alone moves nothing.
+#: loaded machine's turn kept 577 ms for a 140 ms room). A late callback alone moves nothing,
+#: nor does an underflow before the reply's first sound (`Player.underflows_before_audio`).
 LEARN_MIN_REMOVED_DB = 30.0
 #: Where profiles live in the state directory (`vocal.floor.statedir.STATE_ENTRY_NAMES`).
 PROFILE_DIR_NAME = "echo"
